@@ -1,0 +1,34 @@
+"""exploration-trl: exploration-preserving RLVR methods for Hugging Face TRL.
+
+Trainer and config classes are imported lazily so that `import exploration_trl` (and the pure
+`exploration_trl.core` math) stays cheap and never pulls in TRL until a trainer is used.
+"""
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "ExplorationGRPOConfig": "exploration_trl.trainers.base",
+    "ExplorationGRPOTrainer": "exploration_trl.trainers.base",
+    "ProGRPOConfig": "exploration_trl.trainers.methods",
+    "ProGRPOTrainer": "exploration_trl.trainers.methods",
+    "DSGRPOConfig": "exploration_trl.trainers.methods",
+    "DSGRPOTrainer": "exploration_trl.trainers.methods",
+    "CaSPConfig": "exploration_trl.trainers.methods",
+    "CaSPTrainer": "exploration_trl.trainers.methods",
+    "KLCovConfig": "exploration_trl.trainers.methods",
+    "KLCovTrainer": "exploration_trl.trainers.methods",
+    "ClipCovConfig": "exploration_trl.trainers.methods",
+    "ClipCovTrainer": "exploration_trl.trainers.methods",
+    "get_trainer_class": "exploration_trl.trainers.registry",
+    "METHODS": "exploration_trl.trainers.registry",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'exploration_trl' has no attribute {name!r}")
