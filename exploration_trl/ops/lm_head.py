@@ -1,0 +1,122 @@
+"""Chunked LM-head computations on captured hidden states, never materialising `(B, T, vocab)` logits.
+
+TRL 1.16 scores the sampled token through a fused, chunked LM head. Some methods need more than that
+token: CaSP needs the log-probs of the top-N candidates (with gradient), the exploration metrics need
+rank-n log-probs and the top-p support. These functions project only the rows they are given, in
+row chunks of `chunk_rows x vocab`, and recompute logits in the backward pass instead of saving them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Rows projected at once. 256 rows x 152k vocab x 4 bytes is ~150 MB, the largest buffer these ops hold.
+DEFAULT_CHUNK_ROWS = 256
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    logits = hidden.to(weight.dtype) @ weight.t()
+    if bias is not None:
+        logits = logits + bias
+    return logits.float() / temperature
+
+
+class _CandidateLogProbs(torch.autograd.Function):
+    """log p(ids[m, k] | hidden[m]) with gradient to `hidden`, `weight` and `bias`; logits are recomputed in backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, ids, temperature, chunk_rows):
+        out = hidden.new_empty(ids.shape, dtype=torch.float32)
+        lse = hidden.new_empty(ids.shape[0], dtype=torch.float32)
+        for s in range(0, hidden.shape[0], chunk_rows):
+            logits = _logits(hidden[s : s + chunk_rows], weight, bias, temperature)
+            lse[s : s + chunk_rows] = torch.logsumexp(logits, dim=-1)
+            out[s : s + chunk_rows] = logits.gather(-1, ids[s : s + chunk_rows]) - lse[s : s + chunk_rows, None]
+        ctx.save_for_backward(hidden, weight, bias, ids, lse)
+        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden, weight, bias, ids, lse = ctx.saved_tensors
+        grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_bias = (
+            torch.zeros_like(bias, dtype=torch.float32) if bias is not None and ctx.needs_input_grad[2] else None
+        )
+        for s in range(0, hidden.shape[0], ctx.chunk_rows):
+            h = hidden[s : s + ctx.chunk_rows]
+            g = grad_out[s : s + ctx.chunk_rows].float()
+            probs = torch.exp(_logits(h, weight, bias, ctx.temperature) - lse[s : s + ctx.chunk_rows, None])
+            # d logp_k / d z = e_k - p, summed over the K requested ids, then through z = (h W^T + b) / T
+            grad_logits = probs.mul_(-g.sum(-1, keepdim=True)).scatter_add_(-1, ids[s : s + ctx.chunk_rows], g)
+            grad_logits /= ctx.temperature
+            if grad_hidden is not None:
+                grad_hidden[s : s + ctx.chunk_rows] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight += grad_logits.t() @ h.float()
+            if grad_bias is not None:
+                grad_bias += grad_logits.sum(0)
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        if grad_bias is not None:
+            grad_bias = grad_bias.to(bias.dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None
+
+
+def candidate_logps(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    ids: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> torch.Tensor:
+    """Log-probs `(M, K)` of token `ids (M, K)` given `hidden (M, H)`, differentiable, O(chunk_rows x vocab) memory."""
+    if hidden.shape[0] == 0:
+        return hidden.new_zeros(ids.shape, dtype=torch.float32) + 0.0 * hidden.sum()
+    return _CandidateLogProbs.apply(hidden, weight, bias, ids.long(), temperature, chunk_rows)
+
+
+@torch.no_grad()
+def token_statistics(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    top_n: int = 3,
+    top_p: float | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> dict[str, torch.Tensor]:
+    """No-grad per-row statistics of the next-token distribution at `hidden (M, H)`.
+
+    Returns `target_logps (M,)`, `entropy (M,)`, `topn_ids (M, N)`, `topn_logps (M, N)` (rank order),
+    `is_top1 (M,)` (the target is the rank-1 candidate) and, when `top_p` is given, `branching (M,)`: the
+    number of candidates inside the top-p mass (STILL report Sec. 2.2).
+    """
+    m = hidden.shape[0]
+    dev = hidden.device
+    out = {
+        "target_logps": torch.zeros(m, device=dev),
+        "entropy": torch.zeros(m, device=dev),
+        "topn_ids": torch.zeros(m, top_n, dtype=torch.long, device=dev),
+        "topn_logps": torch.zeros(m, top_n, device=dev),
+        "is_top1": torch.zeros(m, dtype=torch.bool, device=dev),
+    }
+    if top_p is not None:
+        out["branching"] = torch.zeros(m, dtype=torch.long, device=dev)
+    for s in range(0, m, chunk_rows):
+        sl = slice(s, s + chunk_rows)
+        logps = torch.log_softmax(_logits(hidden[sl], weight, bias, temperature), dim=-1)
+        tgt = targets[sl].long()
+        out["target_logps"][sl] = logps.gather(-1, tgt[:, None]).squeeze(-1)
+        out["entropy"][sl] = -(logps.exp() * logps).sum(-1)
+        top = logps.topk(top_n, dim=-1)
+        out["topn_ids"][sl], out["topn_logps"][sl] = top.indices, top.values
+        out["is_top1"][sl] = top.indices[:, 0] == tgt
+        if top_p is not None:
+            from ..metrics import branching_factor
+
+            out["branching"][sl] = branching_factor(logps, top_p=top_p)
+    return out

@@ -1,0 +1,516 @@
+"""`ExplorationGRPOTrainer`: TRL's `GRPOTrainer` plus the plumbing every exploration method shares.
+
+What it adds, without forking any TRL method:
+
+* **The advantage hook** `_compute_advantages(batch)`, called once per generation batch after TRL has
+  scored the completions. `batch` is a `RolloutBatch`: the rewards gathered across processes, the group
+  layout, TRL's GRPO advantages and, when a method asks, the rollout policy's per-token log-probs and
+  entropies (and prompt-token log-probs). The STILL shapers run after it.
+* **Rollout statistics from passes TRL already runs.** The old-log-prob pass TRL runs off-policy (or
+  under vLLM) is reused: entropies are switched on and the backbone's hidden states are captured with a
+  forward hook. Only when TRL runs no such pass and a method needs one is a single no-grad pass added.
+* **Loss hooks** that reuse TRL's `_compute_loss`: `_transform_policy_logps` changes the per-token
+  importance ratio (TRL forms it as `exp(per_token_logps - old_per_token_logps)`), and
+  `_extra_per_token_loss` adds per-token terms aggregated exactly as TRL's `loss_type` aggregates.
+* **Exploration metrics** logged with TRL's own metrics (entropy on correct vs wrong completions,
+  Λ(1..3), Λ(sample), branching factor, unique completions per group, pass@G).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather, is_peft_model
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+from ..core import advantages as core_adv
+from ..ops.lm_head import token_statistics
+
+
+@dataclass
+class ExplorationGRPOConfig(GRPOConfig):
+    """`GRPOConfig` plus the STILL advantage shapers and exploration-metric switches.
+
+    With the defaults below (shapers off) training is exactly TRL's GRPO. Paper values: STILL report
+    (Sec. 3, Eq. 11/12) uses `ppl_shaping_alpha=0.01` and `position_bonus_gamma=0.1`.
+    """
+
+    ppl_shaping_alpha: float = field(
+        default=0.0,
+        metadata={"help": "STILL perplexity shaping: A * (1 - alpha * w_ppl) (Eq. 11). 0 disables; paper: 0.01."},
+    )
+    position_bonus_gamma: float = field(
+        default=0.0,
+        metadata={"help": "STILL position bonus: A_t + sign(A) * gamma * sigmoid(...) (Eq. 12). 0 disables; paper: 0.1."},
+    )
+    position_bonus_start_step: int = field(
+        default=0, metadata={"help": "First global step at which the position bonus is applied."}
+    )
+    position_bonus_num_steps: int | None = field(
+        default=None, metadata={"help": "Number of steps the position bonus stays on (None: until the end)."}
+    )
+    correct_reward_threshold: float = field(
+        default=0.0,
+        metadata={"help": "A completion counts as correct when its total reward exceeds this (metrics, DS-GRPO)."},
+    )
+    exploration_metrics: bool = field(
+        default=True, metadata={"help": "Log exploration metrics (entropy by correctness, Λ(n), branching, pass@G)."}
+    )
+    exploration_metrics_max_tokens: int = field(
+        default=256,
+        metadata={"help": "Completion tokens per micro-batch sampled for Λ(n) and the branching factor."},
+    )
+    exploration_metrics_top_p: float = field(
+        default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.position_bonus_num_steps is not None and self.position_bonus_num_steps < 0:
+            raise ValueError(f"position_bonus_num_steps must be >= 0 or None, got {self.position_bonus_num_steps}")
+        if not 0.0 < self.exploration_metrics_top_p <= 1.0:
+            raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+
+
+@dataclass
+class RolloutBatch:
+    """What `_compute_advantages` sees for one generation batch.
+
+    Global tensors cover every process (`B_global` rows, groups of `num_generations` contiguous rows);
+    `process_slice` selects this process's rows. Per-token tensors are local (`B_local, T`).
+    """
+
+    rewards: torch.Tensor
+    rewards_per_func: torch.Tensor
+    advantages: torch.Tensor
+    num_generations: int
+    process_slice: slice
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    gather: Callable[[torch.Tensor], torch.Tensor]
+    global_step: int
+    completion_logps: torch.Tensor | None = None
+    completion_entropies: torch.Tensor | None = None
+    prompt_logps: torch.Tensor | None = None
+    prompt_logps_mask: torch.Tensor | None = None
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def local_rewards(self) -> torch.Tensor:
+        return self.rewards[self.process_slice]
+
+    def gather_padded(self, x: torch.Tensor, pad_value: float = 0.0) -> torch.Tensor:
+        """Gather a local `(B_local, T)` tensor whose `T` differs across processes, right-padding to the max."""
+        return self.gather(x, pad_dim=1, pad_value=pad_value)
+
+
+@dataclass
+class _Capture:
+    """Records what one `_get_per_token_logps_and_entropies` call computed (see `_capturing`)."""
+
+    mode: str  # "rollout" or "loss"
+    logps: torch.Tensor | None = None
+    entropies: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None  # (B, L, H) last hidden states of the backbone
+    input_ids: torch.Tensor | None = None
+    logits_to_keep: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.logps is not None
+
+    def completion_hidden(self) -> torch.Tensor:
+        # TRL's fused head scores label t with hidden state t-1; completions are the last `logits_to_keep` labels.
+        return self.hidden[:, -self.logits_to_keep - 1 : -1]
+
+
+class ExplorationGRPOTrainer(GRPOTrainer):
+    """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
+
+    _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
+    config_class = ExplorationGRPOConfig
+    method_name = "grpo"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._capture: _Capture | None = None
+        self._loss_state: dict = {}
+        self._metrics_generator = torch.Generator().manual_seed(int(self.args.seed))
+
+    # ------------------------------------------------------------------ what methods need
+    def _needs_rollout_logps(self) -> bool:
+        """True when `_compute_advantages` needs the rollout policy's completion log-probs and entropies."""
+        return self.args.ppl_shaping_alpha != 0.0
+
+    def _needs_prompt_logps(self) -> bool:
+        """True when `_compute_advantages` needs log p(q_t | q_<t) of the prompt tokens."""
+        return False
+
+    def _needs_loss_capture(self) -> bool:
+        """True when the loss pass must keep the backbone's hidden states (loss hooks or metrics)."""
+        return self.args.exploration_metrics
+
+    # ------------------------------------------------------------------ capture plumbing
+    def _lm_head(self, model):
+        base = self.accelerator.unwrap_model(model)
+        if is_peft_model(base):
+            base = base.get_base_model()
+        return base, base.get_output_embeddings()
+
+    @contextmanager
+    def _capturing(self, model, capture: _Capture):
+        """Keep the backbone's last hidden states during TRL's fused-head forward.
+
+        Relies on TRL 1.16's `add_fused_lm_head`, whose forward calls the backbone (`model.base_model`) as a
+        module and projects its `last_hidden_state`; a forward hook on that module sees the same tensor (with
+        its autograd graph in the loss pass). `tests/test_trl_contract.py` fails if that stops being true.
+        """
+        base, _ = self._lm_head(model)
+        chunks: list[torch.Tensor] = []
+
+        def hook(_module, _args, output):
+            chunks.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+        handle = base.base_model.register_forward_hook(hook)
+        try:
+            yield chunks
+        finally:
+            handle.remove()
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        capture = self._capture
+        if capture is None or capture.done or model is not self.model:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
+            )
+        with self._capturing(model, capture) as chunks:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, True, **kwargs
+            )
+        capture.logps, capture.entropies = logps, entropies
+        capture.hidden = torch.cat(chunks, dim=0) if len(chunks) > 1 else chunks[0]
+        capture.input_ids, capture.logits_to_keep = input_ids, logits_to_keep
+        if capture.mode == "loss":
+            logps = self._transform_policy_logps(logps, capture, self._loss_inputs, self._loss_state)
+        return logps, (entropies if compute_entropy else None), aux
+
+    # ------------------------------------------------------------------ rollout side
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # TRL returns the rewards of every process (gathered); keep them for the advantage hook.
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func
+        self._log_reward_failures()
+        return rewards_per_func
+
+    def _log_reward_failures(self):
+        from ..rewards import pop_failure_counts
+
+        counts = pop_failure_counts()
+        local = torch.tensor(
+            [float(counts.get(name, 0)) for name in self.reward_func_names], device=self.accelerator.device
+        )
+        total = self.accelerator.reduce(local, reduction="sum")
+        mode = "train" if self.model.training else "eval"
+        for name, value in zip(self.reward_func_names, total.tolist(), strict=True):
+            self._metrics[mode][f"rewards/{name}/failures"].append(value)
+
+    def _generate_and_score_completions(self, inputs):
+        need_rollout = self._needs_rollout_logps() or self._needs_prompt_logps() or self._needs_rollout_candidates()
+        self._capture = _Capture(mode="rollout") if need_rollout else None
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            capture = self._capture
+            # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object).
+            if need_rollout and (not capture.done or capture.logps is not output.get("old_per_token_logps")):
+                capture = self._rollout_pass(output)
+        finally:
+            self._capture = None
+
+        batch = self._build_rollout_batch(output, capture if need_rollout else None)
+        advantages = self._compute_advantages(batch)
+        advantages = self._apply_still_shapers(advantages, batch)
+        output["advantages"] = advantages
+        self._replace_logged_advantages(advantages, batch)
+        output.update(self._rollout_extras(batch, capture if need_rollout else None))
+        return output
+
+    def _rollout_pass(self, output) -> _Capture:
+        """The one added no-grad pass, run only when a method needs rollout statistics TRL did not compute."""
+        capture = _Capture(mode="rollout")
+        self._capture = capture
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        mode = "train" if self.model.training else "eval"
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        mm_keys = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                   "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+        with torch.no_grad():
+            self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, output["completion_ids"].size(1), batch_size=batch_size,
+                compute_entropy=True, **{k: output[k] for k in mm_keys if k in output},
+            )
+        return capture
+
+    def _gather(self, x: torch.Tensor, pad_dim: int | None = None, pad_value: float = 0.0) -> torch.Tensor:
+        if pad_dim is not None:
+            x = self.accelerator.pad_across_processes(x, dim=pad_dim, pad_index=pad_value)
+        return gather(x)
+
+    def _build_rollout_batch(self, output, capture: _Capture | None) -> RolloutBatch:
+        rewards_per_func = self._last_rewards_per_func
+        weights = self.reward_weights.to(rewards_per_func.device)
+        # Same aggregation as TRL: weighted nansum, NaN when every reward function returned None.
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        n_local = output["completion_ids"].size(0)
+        rank = self.accelerator.process_index
+        mode = "train" if self.model.training else "eval"
+        batch = RolloutBatch(
+            rewards=rewards,
+            rewards_per_func=rewards_per_func,
+            advantages=output["advantages"],
+            num_generations=self.num_generations if mode == "train" else self.num_generations_eval,
+            process_slice=slice(rank * n_local, (rank + 1) * n_local),
+            prompt_ids=output["prompt_ids"],
+            prompt_mask=output["prompt_mask"],
+            completion_ids=output["completion_ids"],
+            completion_mask=output["completion_mask"],
+            gather=self._gather,
+            global_step=self.state.global_step,
+        )
+        if capture is not None:
+            batch.completion_logps = capture.logps
+            batch.completion_entropies = capture.entropies
+            if self._needs_prompt_logps():
+                batch.prompt_logps, batch.prompt_logps_mask = self._prompt_logps(capture, output)
+        self._log_rollout_metrics(batch)
+        return batch
+
+    @torch.no_grad()
+    def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p(q_t | q_<t) for prompt tokens, computed once per unique prompt and shared by its rows.
+
+        The first real prompt token has no context, so it is masked out (SPEC: the caller masks it).
+        """
+        prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
+        n, plen = prompt_ids.shape
+        # Rows of one prompt are contiguous (TRL's RepeatSampler); keep the first row of each run.
+        same_as_prev = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
+        same_as_prev[1:] = (prompt_ids[1:] == prompt_ids[:-1]).all(dim=1) & (prompt_mask[1:] == prompt_mask[:-1]).all(dim=1)
+        owners = torch.cumsum(~same_as_prev, 0) - 1  # index among unique prompts for each row
+        unique_rows = (~same_as_prev).nonzero(as_tuple=True)[0]
+
+        _, head = self._lm_head(self.model)
+        logps = torch.zeros(n, plen, device=prompt_ids.device)
+        if plen > 1:
+            hidden = capture.hidden[unique_rows, : plen - 1]  # predicts prompt tokens 1..plen-1
+            targets = prompt_ids[unique_rows, 1:]
+            with maybe_gather_lm_head_ctx(head.weight, head.bias):
+                stats = token_statistics(
+                    hidden.reshape(-1, hidden.size(-1)), head.weight, head.bias, targets.reshape(-1),
+                    temperature=self.temperature, top_n=1,
+                )
+            unique_logps = stats["target_logps"].view(len(unique_rows), plen - 1)
+            logps[:, 1:] = unique_logps[owners]
+        mask = prompt_mask.clone()
+        first_valid = prompt_mask.float().argmax(dim=1)
+        mask[torch.arange(n, device=mask.device), first_valid] = 0
+        return logps, mask
+
+    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """Return this process's advantages, `(B_local,)` or `(B_local, T)`.
+
+        The base returns TRL's GRPO advantages unchanged. Methods override this, call `super()`, and
+        transform the result with `exploration_trl.core` functions.
+        """
+        return batch.advantages
+
+    def _apply_still_shapers(self, advantages: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+        """STILL report shapers, applied after the advantage-side method: perplexity (Eq. 11), then position (Eq. 12)."""
+        args = self.args
+        if args.ppl_shaping_alpha != 0.0:
+            if advantages.dim() != 1:
+                raise ValueError("ppl_shaping_alpha needs per-sequence advantages; apply it before per-token shapers")
+            logps = batch.gather_padded(batch.completion_logps)
+            mask = batch.gather_padded(batch.completion_mask)
+            shaped = core_adv.ppl_shaped_advantages(
+                batch.gather(advantages), logps, mask, batch.num_generations, alpha=args.ppl_shaping_alpha
+            )
+            advantages = shaped[batch.process_slice]
+        if args.position_bonus_gamma != 0.0 and self._position_bonus_active(batch.global_step):
+            advantages = core_adv.position_bonus_advantages(
+                advantages, batch.completion_mask, gamma=args.position_bonus_gamma
+            )
+        return advantages
+
+    def _position_bonus_active(self, step: int) -> bool:
+        start, length = self.args.position_bonus_start_step, self.args.position_bonus_num_steps
+        return step >= start and (length is None or step < start + length)
+
+    def _needs_rollout_candidates(self) -> bool:
+        """True when a loss-side method needs top-N candidates from the rollout policy (CaSP, off-policy)."""
+        return False
+
+    def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+        """Per-completion tensors carried to `compute_loss` (TRL shuffles and splits every tensor key)."""
+        correct = batch.local_rewards > self.args.correct_reward_threshold
+        return {"exploration_correct": correct}
+
+    def _replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch):
+        """TRL logs GRPO's advantages in `_logs["advantages"]`; show the final ones instead."""
+        if advantages.dim() == 2:
+            mask = batch.completion_mask.float()
+            advantages = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        final = self._gather(advantages.float()).tolist()
+        logged = self._logs["advantages"]
+        for _ in range(min(len(final), len(logged))):
+            logged.pop()
+        logged.extend(final)
+
+    @torch.no_grad()
+    def _log_rollout_metrics(self, batch: RolloutBatch):
+        if not self.args.exploration_metrics:
+            return
+        mode = "train" if self.model.training else "eval"
+        g = batch.num_generations
+        correct = (batch.rewards > self.args.correct_reward_threshold).float().view(-1, g)
+        self._metrics[mode]["exploration/pass_at_G"].append(correct.max(dim=1).values.mean().item())
+        # Distinct completions per group: hash each local completion's token ids, then gather.
+        ids, mask = batch.completion_ids, batch.completion_mask
+        hashes = torch.tensor(
+            [hash(tuple(row[m.bool()].tolist())) for row, m in zip(ids, mask, strict=True)],
+            dtype=torch.int64, device=ids.device,
+        )
+        groups = self._gather(hashes).view(-1, g)
+        unique = sum(len(set(row.tolist())) for row in groups) / groups.size(0)
+        self._metrics[mode]["exploration/unique_completions_per_group"].append(unique)
+
+    # ------------------------------------------------------------------ loss side
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # TRL's compute_loss -> _compute_loss calls `_get_per_token_logps_and_entropies` once for the policy;
+        # our override captures that call (hidden states, entropies) and applies `_transform_policy_logps`.
+        self._loss_inputs, self._loss_state = inputs, {}
+        self._capture = _Capture(mode="loss") if self._needs_loss_capture() else None
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            capture = self._capture
+        finally:
+            self._capture = None
+            if self._loss_state.pop("pinned_old_logps", False):
+                del inputs["old_per_token_logps"]
+        if capture is not None and capture.done:
+            extra = self._extra_per_token_loss(inputs, capture, self._loss_state)
+            if extra is not None:
+                loss = loss + self._aggregate_per_token(extra, self._loss_mask(inputs), inputs)
+            if self.args.exploration_metrics:
+                self._log_token_metrics(inputs, capture)
+        self._log_loss_state_metrics(self._loss_state)
+        self._loss_inputs, self._loss_state = None, {}
+        return loss
+
+    @staticmethod
+    def _loss_mask(inputs) -> torch.Tensor:
+        mask = inputs["completion_mask"]
+        return mask if "tool_mask" not in inputs else mask * inputs["tool_mask"]
+
+    def _old_logps(self, inputs, policy_logps: torch.Tensor) -> torch.Tensor:
+        """The old log-probs TRL's `_compute_loss` uses: the stored ones, or on-policy the detached current ones.
+
+        On-policy TRL would take `returned_logps.detach()`, which after a ratio transform is no longer the
+        rollout policy; so the untransformed values are pinned into `inputs` for this call (and removed after).
+        """
+        old = inputs.get("old_per_token_logps")
+        if old is None:
+            old = inputs["old_per_token_logps"] = policy_logps.detach()
+            self._loss_state["pinned_old_logps"] = True
+        return old
+
+    def _transform_policy_logps(self, logps: torch.Tensor, capture: _Capture, inputs, state: dict) -> torch.Tensor:
+        """Return the log-probs TRL's loss should see. TRL forms the ratio as `exp(returned - old)`, so a method
+        that wants ratio `R` returns `old + log(R)`. The base returns `logps` unchanged."""
+        return logps
+
+    def _extra_per_token_loss(self, inputs, capture: _Capture, state: dict) -> torch.Tensor | None:
+        """Extra `(B, T)` per-token loss terms, added after TRL's loss with TRL's aggregation. None: nothing."""
+        return None
+
+    def _aggregate_per_token(self, per_token: torch.Tensor, mask: torch.Tensor, inputs) -> torch.Tensor:
+        """Reduce a per-token term exactly as TRL 1.16's `_compute_loss` reduces its policy loss for `loss_type`.
+
+        `tests/test_trl_contract.py` checks this against TRL's own loss for every loss type.
+        """
+        mode = "train" if self.model.training else "eval"
+        accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        mask = mask.to(per_token.dtype)
+        lt = self.loss_type
+        if lt in ("grpo", "sapo"):
+            return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
+        if lt == "bnpo":
+            return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accum
+        if lt == "dr_grpo":
+            return (per_token * mask).sum() / (per_token.size(0) * self.max_completion_length) / accum
+        if lt in ("cispo", "dapo", "vespo"):
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return (per_token * mask).sum() / normalizer
+        if lt == "luspo":
+            return (per_token * mask).sum(-1).mean() / accum
+        raise ValueError(f"Unknown loss type: {lt}")
+
+    def _log_loss_state_metrics(self, state: dict):
+        """Log `state["metrics"]` (name -> (sum, count)) as global means, as TRL's `global_masked_mean` does."""
+        metrics = state.get("metrics")
+        if not metrics:
+            return
+        mode = "train" if self.model.training else "eval"
+        names = sorted(metrics)
+        local = torch.tensor([v for n in names for v in metrics[n]], dtype=torch.float32, device=self.accelerator.device)
+        totals = self.accelerator.reduce(local, reduction="sum").view(-1, 2)
+        for name, (total, count) in zip(names, totals.tolist(), strict=True):
+            self._metrics[mode][name].append(total / count if count > 0 else float("nan"))
+
+    @torch.no_grad()
+    def _log_token_metrics(self, inputs, capture: _Capture):
+        """Exploration metrics from the loss pass TRL already ran (no extra backbone pass)."""
+        mode = "train" if self.model.training else "eval"
+        mask = self._loss_mask(inputs).bool()
+        entropies = capture.entropies.detach().float()
+        correct = inputs.get("exploration_correct")
+        stats: dict[str, tuple[float, float]] = {}
+        if correct is not None:
+            for name, rows in (("correct", correct), ("wrong", ~correct)):
+                m = mask & rows[:, None]
+                stats[f"exploration/entropy_{name}"] = ((entropies * m).sum().item(), m.sum().item())
+
+        positions = mask.nonzero(as_tuple=False)
+        k = min(self.args.exploration_metrics_max_tokens, positions.size(0))
+        if k > 0:
+            # A private generator keeps the global RNG (sampling, shuffling) exactly as TRL's.
+            pick = torch.randperm(positions.size(0), generator=self._metrics_generator)[:k].to(positions.device)
+            rows, cols = positions[pick, 0], positions[pick, 1]
+            hidden = capture.completion_hidden().detach()[rows, cols]
+            targets = inputs["completion_ids"][rows, cols]
+            _, head = self._lm_head(self.model)
+            with maybe_gather_lm_head_ctx(head.weight, head.bias):
+                s = token_statistics(
+                    hidden, head.weight, head.bias, targets, temperature=self.temperature, top_n=3,
+                    top_p=self.args.exploration_metrics_top_p,
+                )
+            for n in range(3):
+                stats[f"exploration/lambda_{n + 1}"] = (s["topn_logps"][:, n].sum().item(), float(k))
+            stats["exploration/lambda_sample"] = (s["target_logps"].sum().item(), float(k))
+            stats["exploration/branching_factor"] = (s["branching"].float().sum().item(), float(k))
+        else:
+            for name in ("lambda_1", "lambda_2", "lambda_3", "lambda_sample", "branching_factor"):
+                stats[f"exploration/{name}"] = (0.0, 0.0)
+        self._log_loss_state_metrics({"metrics": stats})

@@ -1,0 +1,126 @@
+"""CaSP (seed "Beyond the Sampled Token"), Eq. 4 (gamma+), Eq. 5 (gamma-), Appendix A/E, Figure 10."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+from ..core import losses as core_loss
+from ..core._utils import broadcast_advantages
+from ..ops.lm_head import candidate_logps, token_statistics
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture
+
+
+@dataclass
+class CaSPConfig(ExplorationGRPOConfig):
+    """CaSP: at forking tokens (entropy above the per-response `casp_entropy_quantile`), positive advantages push
+    toward the old policy's top-N candidates (weight `casp_alpha`), and a wrong rank-1 sample is penalised by
+    `casp_top1_penalty`. Appendix E: N=3, alpha=0.01, lambda=1.1, tau=0.8."""
+
+    casp_alpha: float = field(default=0.01, metadata={"help": "Weight of the top-N smoothed target (Eq. 4)."})
+    casp_top_n: int = field(default=3, metadata={"help": "Number of candidate tokens N."})
+    casp_top1_penalty: float = field(default=1.1, metadata={"help": "lambda: ratio scale for wrong rank-1 samples (Eq. 5)."})
+    casp_entropy_quantile: float = field(
+        default=0.8, metadata={"help": "Per-response entropy quantile above which a token forks (tau)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.casp_top_n < 1:
+            raise ValueError(f"casp_top_n must be >= 1, got {self.casp_top_n}")
+        if not 0.0 <= self.casp_entropy_quantile <= 1.0:
+            raise ValueError(f"casp_entropy_quantile must be in [0, 1], got {self.casp_entropy_quantile}")
+        if self.casp_top1_penalty <= 0:
+            raise ValueError(f"casp_top1_penalty must be > 0, got {self.casp_top1_penalty}")
+
+
+class CaSPTrainer(ExplorationGRPOTrainer):
+    """Loss-side: replaces the sampled-token ratio by `core.casp_ratio` before TRL's clipped objective.
+
+    Candidates (top-N ids, their old log-probs, whether the sample is rank 1) come from the rollout policy's
+    pass when TRL runs one (off-policy or vLLM), otherwise from the current detached pass, which then *is*
+    the rollout policy. Candidate log-probs with gradient are computed only where they matter (forking
+    tokens with A > 0), from the captured hidden states, in row chunks (`ops.lm_head.candidate_logps`).
+    """
+
+    config_class = CaSPConfig
+    method_name = "casp"
+
+    def _needs_rollout_candidates(self) -> bool:
+        return self._trl_computes_old_logps() or super()._needs_rollout_candidates()
+
+    def _needs_loss_capture(self) -> bool:
+        return True
+
+    def _trl_computes_old_logps(self) -> bool:
+        """Mirror of TRL 1.16's condition for computing `old_per_token_logps` in `_generate_and_score_completions`.
+        `tests/test_trl_contract.py` checks it against what TRL actually returns."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or (
+            self.use_vllm and self.vllm_importance_sampling_correction
+        )
+
+    def _candidates(self, hidden, completion_ids, entropies, mask):
+        """Forking mask and, at forking tokens, the top-N candidates of the policy that produced `hidden`."""
+        args = self.args
+        forking = core_loss.forking_mask(entropies, mask, args.casp_entropy_quantile)
+        b, t = forking.shape
+        n = args.casp_top_n
+        ids = torch.zeros(b, t, n, dtype=torch.long, device=forking.device)
+        old = torch.zeros(b, t, n, device=forking.device)
+        is_top1 = torch.zeros(b, t, dtype=torch.bool, device=forking.device)
+        if forking.any():
+            _, head = self._lm_head(self.model)
+            with maybe_gather_lm_head_ctx(head.weight, head.bias):
+                s = token_statistics(
+                    hidden[forking].detach(), head.weight, head.bias, completion_ids[forking],
+                    temperature=self.temperature, top_n=n,
+                )
+            ids[forking], old[forking], is_top1[forking] = s["topn_ids"], s["topn_logps"], s["is_top1"]
+        return forking, ids, old, is_top1
+
+    def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+        extras = super()._rollout_extras(batch, capture)
+        if capture is not None and self._trl_computes_old_logps():
+            mask = batch.completion_mask
+            forking, ids, old, is_top1 = self._candidates(
+                capture.completion_hidden(), batch.completion_ids, capture.entropies, mask
+            )
+            extras.update(casp_forking=forking, casp_topn_ids=ids, casp_topn_old_logps=old, casp_is_top1=is_top1)
+        return extras
+
+    def _transform_policy_logps(self, logps, capture: _Capture, inputs, state):
+        logps = super()._transform_policy_logps(logps, capture, inputs, state)
+        args = self.args
+        mask = self._loss_mask(inputs)
+        old = self._old_logps(inputs, logps)
+        hidden = capture.completion_hidden()
+        if "casp_forking" in inputs:
+            forking, ids = inputs["casp_forking"], inputs["casp_topn_ids"]
+            old_topn, is_top1 = inputs["casp_topn_old_logps"], inputs["casp_is_top1"]
+        else:  # fully on-policy: the current detached pass is the rollout policy
+            forking, ids, old_topn, is_top1 = self._candidates(hidden, inputs["completion_ids"], capture.entropies, mask)
+        advantages = broadcast_advantages(inputs["advantages"], logps.shape)
+
+        # Candidate log-probs with gradient only where the smoothed target acts: forking tokens with A > 0.
+        need = forking & (advantages > 0) & mask.bool()
+        topn_log_ratio = torch.zeros_like(old_topn)
+        if need.any():
+            _, head = self._lm_head(self.model)
+            with maybe_gather_lm_head_ctx(head.weight, head.bias):
+                cur = candidate_logps(hidden[need], head.weight, head.bias, ids[need], temperature=self.temperature)
+            topn_log_ratio = topn_log_ratio.index_put((need,), cur - old_topn[need])
+        ratio = core_loss.casp_ratio(
+            logps - old, topn_log_ratio, advantages, forking, is_top1,
+            alpha=args.casp_alpha, top1_penalty=args.casp_top1_penalty,
+        )
+        valid = mask.bool()
+        penalised = forking & is_top1 & (advantages < 0) & valid
+        state.setdefault("metrics", {}).update({
+            "casp/forking_frac": ((forking & valid).sum().item(), valid.sum().item()),
+            "casp/top1_penalty_frac": (penalised.sum().item(), valid.sum().item()),
+        })
+        # TRL forms exp(returned - old): returning old + log(ratio) hands it exactly `ratio`.
+        return old + torch.log(ratio)

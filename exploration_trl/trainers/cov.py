@@ -1,0 +1,110 @@
+"""KL-Cov and Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"), as its official code."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..core import losses as core_loss
+from ..core._utils import broadcast_advantages
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, _Capture
+
+#: The published KL-Cov / Clip-Cov recipes update several mini-batches per rollout (verl `ppo_mini_batch_size`).
+DEFAULT_UPDATES_PER_ROLLOUT = 4
+
+
+def _default_updates_per_rollout(config):
+    if config.steps_per_generation is None and config.generation_batch_size is None:
+        config.steps_per_generation = DEFAULT_UPDATES_PER_ROLLOUT * config.gradient_accumulation_steps
+
+
+def _cov_metrics(prefix: str, selected: torch.Tensor, cov: torch.Tensor) -> dict:
+    n = selected.sum().item()
+    threshold = cov[selected].min().item() if n else 0.0
+    return {f"{prefix}/selected_tokens": (float(n), 1.0), f"{prefix}/cov_threshold": (threshold, 1.0 if n else 0.0)}
+
+
+@dataclass
+class KLCovConfig(ExplorationGRPOConfig):
+    """KL-Cov: no ratio clipping, plus `kl_cov_coef * |logp - old_logp|` on the `kl_cov_ratio` fraction of tokens
+    with the largest log-prob/advantage covariance. The penalty only acts when a rollout feeds several optimizer
+    steps, so by default each rollout is split into 4 optimizer steps (`steps_per_generation`)."""
+
+    kl_cov_ratio: float = field(default=0.002, metadata={"help": "Fraction of tokens that get the KL penalty."})
+    kl_cov_coef: float = field(default=1.0, metadata={"help": "Weight of the |logp - old_logp| penalty."})
+    epsilon: float = field(default=math.inf, metadata={"help": "KL-Cov uses no ratio clipping."})
+    epsilon_high: float | None = field(default=math.inf, metadata={"help": "KL-Cov uses no ratio clipping."})
+
+    def __post_init__(self):
+        _default_updates_per_rollout(self)
+        super().__post_init__()
+        if not 0.0 <= self.kl_cov_ratio <= 1.0:
+            raise ValueError(f"kl_cov_ratio is a fraction in [0, 1], got {self.kl_cov_ratio}")
+
+
+class KLCovTrainer(ExplorationGRPOTrainer):
+    """Loss-side: adds the KL-Cov penalty as an extra per-token term, aggregated like TRL's loss."""
+
+    config_class = KLCovConfig
+    method_name = "kl_cov"
+
+    def _needs_loss_capture(self) -> bool:
+        return True
+
+    def _extra_per_token_loss(self, inputs, capture: _Capture, state):
+        extra = super()._extra_per_token_loss(inputs, capture, state)
+        logps = capture.logps
+        mask = self._loss_mask(inputs)
+        old = self._old_logps(inputs, logps)
+        advantages = broadcast_advantages(inputs["advantages"], logps.shape)
+        selected = core_loss.kl_cov_select(logps.detach(), advantages, mask, self.args.kl_cov_ratio)
+        cov = core_loss.token_covariance(logps.detach(), advantages, mask)
+        state.setdefault("metrics", {}).update(_cov_metrics("kl_cov", selected, cov))
+        penalty = self.args.kl_cov_coef * selected.float() * (logps - old).abs()
+        return penalty if extra is None else extra + penalty
+
+
+@dataclass
+class ClipCovConfig(ExplorationGRPOConfig):
+    """Clip-Cov: a random `clip_cov_ratio` fraction of tokens with covariance in (`clip_cov_lb`, `clip_cov_ub`)
+    lose their gradient inside the usual clipped objective."""
+
+    clip_cov_ratio: float = field(default=2e-4, metadata={"help": "Fraction of tokens whose gradient is cut."})
+    clip_cov_lb: float = field(default=1.0, metadata={"help": "Lower covariance bound for candidates."})
+    clip_cov_ub: float = field(default=5.0, metadata={"help": "Upper covariance bound for candidates."})
+
+    def __post_init__(self):
+        _default_updates_per_rollout(self)
+        super().__post_init__()
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            raise ValueError(f"clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})")
+
+
+class ClipCovTrainer(ExplorationGRPOTrainer):
+    """Loss-side: detaches the selected tokens' log-probs, so TRL's clipped loss has zero gradient there."""
+
+    config_class = ClipCovConfig
+    method_name = "clip_cov"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._clip_cov_generator = torch.Generator().manual_seed(int(self.args.seed) + 1)
+
+    def _needs_loss_capture(self) -> bool:
+        return True
+
+    def _transform_policy_logps(self, logps, capture: _Capture, inputs, state):
+        logps = super()._transform_policy_logps(logps, capture, inputs, state)
+        args = self.args
+        mask = self._loss_mask(inputs)
+        old = self._old_logps(inputs, logps)
+        advantages = broadcast_advantages(inputs["advantages"], logps.shape)
+        selected = core_loss.clip_cov_select(
+            logps.detach(), old, advantages, mask, args.clip_cov_ratio, args.clip_cov_lb, args.clip_cov_ub,
+            self.epsilon_low, self.epsilon_high, generator=self._clip_cov_generator,
+        )
+        cov = core_loss.token_covariance(logps.detach(), advantages, mask)
+        state.setdefault("metrics", {}).update(_cov_metrics("clip_cov", selected, cov))
+        return torch.where(selected.to(logps.device), logps.detach(), logps)

@@ -1,0 +1,67 @@
+"""Shared builders for trainer tests: a saved toy checkpoint, a tiny dataset and a cheap reward."""
+
+from __future__ import annotations
+
+import torch
+from datasets import Dataset
+
+from exploration_trl.toy import build_toy, save_toy
+
+PROMPTS = ["ab", "ba", "abc", "cab", "bca", "acb", "cc", "aa"]
+
+
+def toy_checkpoint(path, seed=0, **kwargs):
+    model, tok = build_toy("abc", seed=seed, **kwargs)
+    return str(save_toy(model, tok, path))
+
+
+def toy_dataset(n=8):
+    return Dataset.from_dict({"prompt": [PROMPTS[i % len(PROMPTS)] for i in range(n)], "answer": ["a"] * n})
+
+
+def letter_reward(completions, **kwargs):
+    """Fraction of 'a' characters: a graded, non-binary reward with within-group variance."""
+    return [c.count("a") / max(len(c), 1) for c in completions]
+
+
+def binary_reward(completions, **kwargs):
+    return [1.0 if c.count("a") >= c.count("b") and len(c) > 0 else 0.0 for c in completions]
+
+
+def grpo_kwargs(output_dir, **overrides):
+    kw = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=3,
+        learning_rate=5e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=42,
+        bf16=False,
+        disable_tqdm=True,
+    )
+    kw.update(overrides)
+    return kw
+
+
+def train(trainer_cls, config_cls, ckpt, output_dir, reward=letter_reward, dataset=None, **overrides):
+    args = config_cls(**grpo_kwargs(output_dir, **overrides))
+    trainer = trainer_cls(model=ckpt, reward_funcs=reward, args=args, train_dataset=dataset or toy_dataset())
+    trainer.train()
+    return trainer
+
+
+def max_param_diff(a, b):
+    pa = dict(a.model.named_parameters())
+    return max((pa[n].detach() - p.detach()).abs().max().item() for n, p in b.model.named_parameters())
+
+
+def params_changed(trainer, ckpt):
+    from transformers import AutoModelForCausalLM
+
+    ref = dict(AutoModelForCausalLM.from_pretrained(ckpt).named_parameters())
+    return max((ref[n] - p.detach()).abs().max().item() for n, p in trainer.model.named_parameters())
