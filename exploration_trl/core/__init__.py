@@ -1,0 +1,41 @@
+"""Pure-torch core math of exploration-trl (advantages and per-token loss terms).
+
+Nothing here imports TRL or transformers, so these functions can be used from any RL framework.
+See SPEC.md for the contract.
+"""
+
+from ._utils import masked_mean
+from .advantages import (
+    confidence,
+    dsgrpo_advantages,
+    group_advantages,
+    position_bonus_advantages,
+    ppl_shaped_advantages,
+    progrpo_advantages,
+)
+from .losses import (
+    casp_ratio,
+    clip_cov_per_token_loss,
+    clip_cov_select,
+    forking_mask,
+    kl_cov_per_token_loss,
+    kl_cov_select,
+    token_covariance,
+)
+
+__all__ = [
+    "group_advantages",
+    "confidence",
+    "progrpo_advantages",
+    "dsgrpo_advantages",
+    "ppl_shaped_advantages",
+    "position_bonus_advantages",
+    "forking_mask",
+    "casp_ratio",
+    "token_covariance",
+    "kl_cov_select",
+    "kl_cov_per_token_loss",
+    "clip_cov_select",
+    "clip_cov_per_token_loss",
+    "masked_mean",
+]

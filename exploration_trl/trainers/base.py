@@ -68,6 +68,10 @@ class ExplorationGRPOConfig(GRPOConfig):
     exploration_metrics_top_p: float = field(
         default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
     )
+    debug_rollout_dir: str | None = field(
+        default=None,
+        metadata={"help": "Debugging: save each generation batch's rewards and advantages per process as .pt files."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -240,8 +244,25 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         advantages = self._apply_still_shapers(advantages, batch)
         output["advantages"] = advantages
         self._replace_logged_advantages(advantages, batch)
+        if self.args.debug_rollout_dir:
+            self._dump_rollout(batch, advantages)
         output.update(self._rollout_extras(batch, capture if need_rollout else None))
         return output
+
+    def _dump_rollout(self, batch: RolloutBatch, advantages: torch.Tensor):
+        """Save what the advantage hook saw and returned, one file per process and generation batch."""
+        import os
+
+        os.makedirs(self.args.debug_rollout_dir, exist_ok=True)
+        self._dump_count = getattr(self, "_dump_count", 0) + 1
+        keep = ("rewards", "advantages", "completion_ids", "completion_mask", "completion_logps", "prompt_ids",
+                "prompt_mask", "prompt_logps", "prompt_logps_mask")
+        payload = {k: getattr(batch, k) for k in keep}
+        payload.update(final_advantages=advantages, num_generations=batch.num_generations,
+                       process_index=self.accelerator.process_index)
+        payload = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in payload.items()}
+        name = f"rollout{self._dump_count:04d}_rank{self.accelerator.process_index}.pt"
+        torch.save(payload, os.path.join(self.args.debug_rollout_dir, name))
 
     def _rollout_pass(self, output) -> _Capture:
         """The one added no-grad pass, run only when a method needs rollout statistics TRL did not compute."""

@@ -1,0 +1,238 @@
+"""Advantage estimators and advantage shaping (pure torch, no TRL import).
+
+Conventions (see SPEC.md): a batch holds ``B = num_prompts * G`` completions, the ``G``
+completions of a prompt being contiguous rows; ``(B, T)`` completion tensors are right-padded and
+``mask`` is 1 on real tokens. All statistics are computed in float32; inputs are never modified.
+
+Shapes of the sequence-level shaping functions (``progrpo_advantages``, ``dsgrpo_advantages``,
+``ppl_shaped_advantages``): ``advantages`` of shape ``(B,)`` or ``(B, 1)`` give a ``(B,)`` result;
+per-token ``(B, T)`` advantages give a ``(B, T)`` result where the per-row change is applied to
+every column of the row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._utils import (
+    as_valid,
+    broadcast_advantages,
+    check_groups,
+    flat_rows,
+    nanstd,
+    row_length_mean,
+    split_sequence_advantages,
+    to_f32,
+)
+
+__all__ = [
+    "group_advantages",
+    "confidence",
+    "progrpo_advantages",
+    "dsgrpo_advantages",
+    "ppl_shaped_advantages",
+    "position_bonus_advantages",
+]
+
+# Tolerance used when taking ceil(fraction * n): 0.28 * 25 is 7.000000000000001 in floating point,
+# and the intended "28% of 25 tokens" is 7, not 8.
+_CEIL_TOL = 1e-9
+
+
+def group_advantages(
+    rewards: torch.Tensor, num_generations: int, scale: str = "group", eps: float = 1e-4
+) -> torch.Tensor:
+    """GRPO group-relative advantage ``A = (r - mean_group(r)) / (std_group(r) + eps)``, float32 ``(B,)``.
+
+    GRPO (DeepSeekMath, Sec. 4.1.2, outcome supervision): each completion is scored against the other
+    completions of its prompt, so no value network is needed. ``scale="batch"`` divides by the std of
+    the whole batch (less noisy for small groups), ``scale="none"`` only centres (Dr. GRPO: removes the
+    difficulty bias of per-group std). Mirrors TRL 1.16's ``GRPOTrainer`` (``sum_then_normalize``):
+    NaN rewards (unscorable completions) are ignored by the mean/std and get advantage 0; a group or
+    batch of one completion gets std 0.
+    """
+    r = to_f32(flat_rows(rewards, "rewards"))
+    n_groups = check_groups(r.shape[0], num_generations)
+    grouped = r.view(n_groups, num_generations)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
+    if scale in ("group", "none"):
+        if num_generations > 1:
+            std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+        else:
+            std = torch.zeros_like(r)
+    elif scale == "batch":
+        std = nanstd(r).expand_as(r) if r.numel() > 1 else torch.zeros_like(r)
+    else:
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    adv = r - mean
+    if scale != "none":
+        adv = adv / (std + eps)
+    return torch.nan_to_num(adv, nan=0.0)
+
+
+def confidence(logps: torch.Tensor, mask: torch.Tensor, low_prob_fraction: float = 0.2) -> torch.Tensor:
+    """Low-probability-token confidence of each row, float32 ``(B,)``.
+
+    ProGRPO Eq. 5/6 with Sec. 3.2 ("low-probability token length normalisation") and Eq. 12: the
+    geometric mean of the ``k = max(1, ceil(low_prob_fraction * n_valid))`` lowest token
+    probabilities, ``exp(mean of the k lowest valid logps)``. Averaging only the bottom tokens keeps
+    the score sensitive to the few uncertain "decision" tokens instead of being dominated by the many
+    near-certain ones. A row with no valid token returns NaN.
+    """
+    if not 0.0 <= low_prob_fraction <= 1.0:
+        raise ValueError(f"low_prob_fraction must be in [0, 1], got {low_prob_fraction}")
+    lp = to_f32(logps)
+    valid = as_valid(mask)
+    if lp.dim() != 2 or valid.shape != lp.shape:
+        raise ValueError(f"logps and mask must both be (B, T); got {tuple(logps.shape)} and {tuple(mask.shape)}")
+    n = valid.sum(dim=-1)
+    k = torch.ceil(n.to(torch.float64) * low_prob_fraction - _CEIL_TOL).to(torch.long)
+    k = torch.minimum(k.clamp(min=1), n.clamp(min=1))
+    inf = torch.full((), float("inf"), dtype=lp.dtype, device=lp.device)
+    sorted_lp, _ = torch.where(valid, lp, inf).sort(dim=-1)
+    ranks = torch.arange(lp.shape[-1], device=lp.device).unsqueeze(0)
+    take = (ranks < k.unsqueeze(-1)) & (ranks < n.unsqueeze(-1))
+    low_sum = torch.where(take, sorted_lp, torch.zeros_like(sorted_lp)).sum(dim=-1)
+    conf = torch.exp(low_sum / k.to(torch.float32))
+    return torch.where(n > 0, conf, torch.full_like(conf, float("nan")))
+
+
+def _uniform_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Per-row bool: the row's group has all (non-NaN) rewards equal (an all-NaN group counts)."""
+    n_groups = check_groups(rewards.shape[0], num_generations)
+    g = rewards.view(n_groups, num_generations)
+    nan = torch.isnan(g)
+    hi = torch.where(nan, torch.full_like(g, -float("inf")), g).amax(dim=1)
+    lo = torch.where(nan, torch.full_like(g, float("inf")), g).amin(dim=1)
+    uniform = (hi == lo) | nan.all(dim=1)
+    return uniform.repeat_interleave(num_generations)
+
+
+def progrpo_advantages(
+    advantages: torch.Tensor,
+    rewards: torch.Tensor,
+    num_generations: int,
+    completion_logps: torch.Tensor,
+    completion_mask: torch.Tensor,
+    prompt_logps: torch.Tensor | None,
+    prompt_mask: torch.Tensor | None,
+    alpha: float = 0.3,
+    low_prob_fraction: float = 0.2,
+    baseline: str = "prompt",
+) -> torch.Tensor:
+    """ProGRPO / ARM advantage reweighting ``A~ = A + alpha * (c_ref - c_o)`` (Eq. 4, Algorithm 1).
+
+    Seed "Back to Basics ... Generative Probabilities": over-confident completions (``c_o`` above the
+    reference confidence) are pushed down and under-confident ones up, which counters the sharpening
+    of GRPO and keeps low-probability correct paths alive. ``c_o = confidence(completion)``;
+    ``baseline="prompt"`` uses ``c_ref = confidence(prompt)``, the model's confidence on its own
+    prompt; ``baseline="group_mean"`` uses the group mean of ``c_o`` (Eq. 10, NaNs skipped).
+    Groups with all-equal rewards (Algorithm 1 line 14) keep ``A``, as do rows whose ``c_o`` or
+    ``c_ref`` is NaN and rows whose reward is NaN (unscorable; TRL gives them no learning signal).
+
+    Returns float32 ``(B,)`` for ``(B,)``/``(B, 1)`` advantages and ``(B, T)`` for ``(B, T)`` ones.
+    """
+    r = to_f32(flat_rows(rewards, "rewards"))
+    B = r.shape[0]
+    a, restore = split_sequence_advantages(advantages, B)
+    c_o = confidence(completion_logps, completion_mask, low_prob_fraction)
+    if baseline == "prompt":
+        if prompt_logps is None or prompt_mask is None:
+            raise ValueError("baseline='prompt' needs prompt_logps and prompt_mask")
+        c_ref = confidence(prompt_logps, prompt_mask, low_prob_fraction)
+    elif baseline == "group_mean":
+        n_groups = check_groups(B, num_generations)
+        c_ref = torch.nanmean(c_o.view(n_groups, num_generations), dim=1).repeat_interleave(num_generations)
+    else:
+        raise ValueError(f"baseline must be 'prompt' or 'group_mean', got {baseline!r}")
+    keep = _uniform_groups(r, num_generations) | torch.isnan(c_o) | torch.isnan(c_ref) | torch.isnan(r)
+    shift = torch.where(keep, torch.zeros_like(c_o), alpha * (c_ref - c_o)).unsqueeze(-1)
+    out = torch.where(keep.unsqueeze(-1), a, a + shift)
+    return restore(out)
+
+
+def dsgrpo_advantages(
+    advantages: torch.Tensor,
+    rewards: torch.Tensor,
+    completion_logps: torch.Tensor,
+    completion_mask: torch.Tensor,
+    gamma_p: float = 0.01,
+    gamma_n: float = 0.01,
+    correct_threshold: float = 0.0,
+) -> torch.Tensor:
+    """DS-GRPO differential smoothing (Sec. 3.5 / 4.2, rollout-policy form of App. B.3).
+
+    Seed "Differential Smoothing Mitigates Sharpening": with ``lbar`` the length-averaged rollout
+    log-probability (``sum(logps*mask)/max(n_valid,1)``, a one-sample entropy estimate), correct
+    completions get ``A - gamma_p * lbar`` (an entropy bonus: low-probability correct answers are
+    reinforced more, fighting diversity collapse) and incorrect ones ``A + gamma_n * lbar`` (an
+    entropy penalty that sharpens away from errors). Applied in every group, including all-right and
+    all-wrong ones. Rows with a NaN reward (unscorable) keep ``A``.
+
+    Returns float32 ``(B,)`` for ``(B,)``/``(B, 1)`` advantages and ``(B, T)`` for ``(B, T)`` ones.
+    """
+    r = to_f32(flat_rows(rewards, "rewards"))
+    a, restore = split_sequence_advantages(advantages, r.shape[0])
+    lbar = row_length_mean(completion_logps, completion_mask)
+    correct = r > correct_threshold
+    shift = torch.where(correct, -gamma_p * lbar, gamma_n * lbar)
+    shift = torch.where(torch.isnan(r), torch.zeros_like(shift), shift)
+    return restore(a + shift.unsqueeze(-1))
+
+
+def ppl_shaped_advantages(
+    advantages: torch.Tensor,
+    completion_logps: torch.Tensor,
+    completion_mask: torch.Tensor,
+    num_generations: int,
+    alpha: float = 0.01,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Perplexity-shaped advantages ``A~ = A * (1 - alpha * w)`` (STILL report, Eq. 7 and 11).
+
+    "From Trial-and-Error to Improvement": ``lnPPL = -lbar`` (``lbar`` the length-averaged logp,
+    0 for an empty row) and ``w = (lnPPL - mean_group) / (std_group + eps)`` (unbiased std). Among
+    completions of a prompt, lower-perplexity (more confident) ones get a larger magnitude and
+    high-perplexity ones a smaller one, which favours efficient, confident reasoning. With one
+    completion per group ``w`` is 0.
+
+    Returns float32 ``(B,)`` for ``(B,)``/``(B, 1)`` advantages and ``(B, T)`` for ``(B, T)`` ones.
+    """
+    lnppl = -row_length_mean(completion_logps, completion_mask)
+    B = lnppl.shape[0]
+    a, restore = split_sequence_advantages(advantages, B)
+    n_groups = check_groups(B, num_generations)
+    g = lnppl.view(n_groups, num_generations)
+    if num_generations > 1:
+        w = (g - g.mean(dim=1, keepdim=True)) / (g.std(dim=1, keepdim=True, correction=1) + eps)
+        w = w.reshape(B)
+    else:
+        w = torch.zeros_like(lnppl)
+    return restore(a * (1.0 - alpha * w).unsqueeze(-1))
+
+
+def position_bonus_advantages(
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    gamma: float = 0.1,
+    direction: float = 1.0,
+    scale: float = 15.0,
+    center: float = 0.5,
+) -> torch.Tensor:
+    """Per-token position bonus ``A~_t = A + sign(A) * gamma * sigmoid(direction*scale*(l_t - center))``.
+
+    STILL report Eq. 8 and 12: ``l_t = t / (n_valid - 1)`` is the relative position of a valid token
+    (1.0 for a one-token completion), so with ``direction=1`` tokens late in the answer, where the
+    conclusion is drawn, get up to ``gamma`` extra magnitude while early tokens get ~0
+    (``direction=-1`` reverses it). The bonus keeps the sign of ``A``; ``A == 0`` stays 0. Padding
+    keeps ``A``. ``t`` counts valid tokens (the column index for right-padded rows).
+
+    Returns float32 ``(B, T)``.
+    """
+    valid = as_valid(completion_mask)
+    a = broadcast_advantages(advantages, valid.shape)
+    n = valid.sum(dim=-1, keepdim=True).to(torch.float32)
+    t = valid.to(torch.float32).cumsum(dim=-1) - 1.0
+    rel = torch.where(n > 1, t / (n - 1.0).clamp(min=1.0), torch.ones_like(t))
+    bonus = gamma * torch.sigmoid(direction * scale * (rel - center))
+    return torch.where(valid, a + torch.sign(a) * bonus, a)

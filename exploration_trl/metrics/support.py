@@ -1,0 +1,223 @@
+"""Support / uncertainty metrics on per-token distributions (torch).
+
+Every function works on *rows* of per-position quantities so that callers can process a long
+batch in chunks (e.g. ``logits[i:i+chunk].log_softmax(-1)``) and combine the pieces
+(concatenate per-position outputs, or accumulate sums and counts).
+
+Shape conventions used below:
+
+* ``N`` positions (tokens), ``V`` vocabulary entries.
+* ``logprobs``: ``(N, V)`` rows of log-softmax values (``-inf`` allowed for zero-probability
+  entries).  Leading batch dimensions ``(..., V)`` are also accepted; outputs then keep them.
+* ``entropies`` / ``sampled_logps`` / ``mask``: per-token tensors of the same shape, typically
+  ``(B, T)`` completions x tokens; ``mask`` is bool or 0/1 and marks valid (non-padding) tokens.
+* ``correct``: ``(B,)`` bool/0-1 flags, one per completion (row of ``entropies``).
+
+Heavy per-vocabulary computations (:func:`branching_factor`, :func:`expected_distinct_tokens`) run
+in ``compute_dtype`` (float64 by default) and allocate a few ``(N, V)`` buffers: chunk ``N``
+accordingly on large vocabularies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = [
+    "token_entropy_stats",
+    "entropy_by_correctness",
+    "branching_factor",
+    "rank_logprobs",
+    "lambda_n",
+    "lambda_sample",
+    "expected_distinct_tokens",
+]
+
+_NAN = float("nan")
+
+
+def _bool_mask(mask, like: torch.Tensor) -> torch.Tensor:
+    if mask is None:
+        return torch.ones_like(like, dtype=torch.bool)
+    mask = torch.as_tensor(mask, device=like.device)
+    if mask.shape != like.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} does not match values shape {tuple(like.shape)}")
+    return mask.bool()
+
+
+def token_entropy_stats(entropies: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, float]:
+    """Summary statistics of per-token entropies over the valid tokens.
+
+    Args:
+        entropies: ``(B, T)`` (any shape) per-token entropies in nats.
+        mask: same shape, bool/0-1, True for valid tokens; ``None`` = all valid.
+
+    Returns:
+        ``dict(mean, std, median, p90, max, count)``; floats (``count`` an int).  ``std`` is the
+        population standard deviation, ``median``/``p90`` use linear interpolation (numpy's
+        default).  All statistics are NaN when there is no valid token.
+    """
+    entropies = torch.as_tensor(entropies)
+    m = _bool_mask(mask, entropies)
+    vals = entropies.detach()[m].to(torch.float64).cpu().numpy()
+    if vals.size == 0:
+        return dict(mean=_NAN, std=_NAN, median=_NAN, p90=_NAN, max=_NAN, count=0)
+    return dict(
+        mean=float(vals.mean()),
+        std=float(vals.std()),
+        median=float(np.percentile(vals, 50)),
+        p90=float(np.percentile(vals, 90)),
+        max=float(vals.max()),
+        count=int(vals.size),
+    )
+
+
+def entropy_by_correctness(entropies: torch.Tensor, mask: torch.Tensor | None, correct) -> dict[str, float]:
+    """Token-weighted mean entropy of correct vs. wrong completions.
+
+    Args:
+        entropies: ``(B, T)`` per-token entropies.
+        mask: ``(B, T)`` valid-token mask (``None`` = all valid).
+        correct: ``(B,)`` bool/0-1 correctness of each completion.
+
+    Returns:
+        ``dict(correct=..., wrong=...)``: sum of valid-token entropies over the completions of
+        that group divided by their number of valid tokens; NaN when the group has no token.
+    """
+    entropies = torch.as_tensor(entropies)
+    if entropies.ndim < 1:
+        raise ValueError("entropies must have a leading completion dimension")
+    m = _bool_mask(mask, entropies)
+    correct = torch.as_tensor(correct, device=entropies.device).bool().reshape(-1)
+    if correct.shape[0] != entropies.shape[0]:
+        raise ValueError(f"{correct.shape[0]} correctness flags for {entropies.shape[0]} completions")
+    e = entropies.detach().to(torch.float64).masked_fill(~m, 0.0)
+    flat_e = e.reshape(e.shape[0], -1).sum(-1)
+    flat_n = m.reshape(m.shape[0], -1).sum(-1)
+    out = {}
+    for key, sel in (("correct", correct), ("wrong", ~correct)):
+        n = int(flat_n[sel].sum())
+        out[key] = float(flat_e[sel].sum()) / n if n > 0 else _NAN
+    return out
+
+
+def branching_factor(
+    logprobs: torch.Tensor,
+    top_p: float = 0.95,
+    *,
+    atol: float = 1e-6,
+    compute_dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """Number of candidates inside the top-p probability mass at each position.
+
+    For each row, the smallest number ``m`` of highest-probability tokens whose cumulative
+    probability is ``>= top_p`` (STILL, Sec. 2.2).  ``atol`` absorbs rounding of the cumulative
+    sum (a row whose top-2 mass is 0.95 up to float error counts as reaching ``top_p=0.95``); the
+    result is clamped to ``[1, V]`` (rows that never reach ``top_p``, e.g. ``top_p=1`` with
+    round-off, give ``V``).
+
+    Args:
+        logprobs: ``(N, V)`` (or ``(..., V)``) log-softmax rows.
+        top_p: target mass in ``(0, 1]``.
+
+    Returns:
+        ``(N,)`` (or ``(...)``) ``torch.long`` tensor.
+    """
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    logprobs = torch.as_tensor(logprobs)
+    probs = logprobs.detach().to(compute_dtype).exp()
+    sorted_p, _ = torch.sort(probs, dim=-1, descending=True)
+    cum = sorted_p.cumsum(dim=-1)
+    below = (cum < (top_p - atol)).sum(dim=-1)
+    return (below + 1).clamp(max=logprobs.shape[-1]).to(torch.long)
+
+
+def rank_logprobs(logprobs: torch.Tensor, n: int = 3) -> torch.Tensor:
+    """Log-probabilities of the rank-1..n candidates at each position (CaSP, Eq. 2).
+
+    Args:
+        logprobs: ``(N, V)`` (or ``(..., V)``) log-softmax rows.
+        n: number of ranks, ``1 <= n <= V``.
+
+    Returns:
+        ``(N, n)`` (or ``(..., n)``) tensor, column ``j`` = log-prob of the (j+1)-th most likely
+        token (descending order).
+    """
+    logprobs = torch.as_tensor(logprobs)
+    if not 1 <= n <= logprobs.shape[-1]:
+        raise ValueError(f"n must be in [1, V={logprobs.shape[-1]}], got {n}")
+    return torch.topk(logprobs.detach(), n, dim=-1, largest=True, sorted=True).values
+
+
+def lambda_n(topk_logprobs: torch.Tensor, mask: torch.Tensor | None = None) -> list[float]:
+    """Λ(n) for every rank n: the mean over valid positions of the rank-n log-probability.
+
+    Args:
+        topk_logprobs: ``(..., n)`` output of :func:`rank_logprobs` (e.g. ``(B, T, n)`` or ``(N, n)``).
+        mask: ``(...)`` valid-position mask matching the leading dims (``None`` = all valid).
+
+    Returns:
+        ``[Λ(1), ..., Λ(n)]`` as floats; all NaN when there is no valid position.
+    """
+    topk_logprobs = torch.as_tensor(topk_logprobs)
+    lead = topk_logprobs[..., 0]
+    m = _bool_mask(mask, lead)
+    count = int(m.sum())
+    n = topk_logprobs.shape[-1]
+    if count == 0:
+        return [_NAN] * n
+    vals = topk_logprobs.detach().to(torch.float64)[m]  # (count, n)
+    return [float(v) for v in (vals.sum(0) / count).cpu()]
+
+
+def lambda_sample(sampled_logps: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """Λ(sample): mean over valid positions of the log-probability of the sampled token.
+
+    Args:
+        sampled_logps: ``(B, T)`` (any shape) per-token log-probs of the generated tokens.
+        mask: same shape valid-token mask (``None`` = all valid).
+
+    Returns:
+        float; NaN when there is no valid position.
+    """
+    sampled_logps = torch.as_tensor(sampled_logps)
+    m = _bool_mask(mask, sampled_logps)
+    count = int(m.sum())
+    if count == 0:
+        return _NAN
+    return float(sampled_logps.detach().to(torch.float64)[m].sum()) / count
+
+
+def expected_distinct_tokens(
+    logprobs: torch.Tensor,
+    K: int | float,
+    *,
+    compute_dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """Expected number of distinct tokens among K i.i.d. draws: ``Σ_v 1 - (1 - p_v)^K`` (CaSP, Prop. 3).
+
+    Evaluated as ``Σ_v -expm1(K · log(1 - p_v))`` with ``log(1 - p) = log1mexp(log p)`` (``log(-expm1)``
+    for ``p > 1/2``, ``log1p(-exp)`` otherwise), so tiny and near-one probabilities keep full
+    precision.  ``K = 1`` gives the row's total mass (1 for a normalised row); as ``K → ∞`` it tends
+    to the support size.
+
+    Args:
+        logprobs: ``(N, V)`` (or ``(..., V)``) log-softmax rows.
+        K: number of draws (> 0).
+
+    Returns:
+        ``(N,)`` (or ``(...)``) tensor in ``compute_dtype``.
+    """
+    if not (isinstance(K, (int, float)) and math.isfinite(K) and K > 0):
+        raise ValueError(f"K must be a positive finite number, got {K!r}")
+    lp = torch.as_tensor(logprobs).detach().to(compute_dtype)
+    lp = lp.clamp(max=0.0)  # guard against tiny positive round-off in log-softmax outputs
+    log1m_p = torch.where(
+        lp > -math.log(2.0),
+        torch.log(-torch.expm1(lp)),
+        torch.log1p(-torch.exp(lp)),
+    )
+    return (-torch.expm1(K * log1m_p)).sum(dim=-1)

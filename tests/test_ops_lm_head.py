@@ -1,0 +1,51 @@
+"""Chunked LM-head ops against dense full-vocabulary computations."""
+
+import torch
+
+from exploration_trl.ops.lm_head import candidate_logps, token_statistics
+
+
+def dense(hidden, weight, bias, temperature):
+    return torch.log_softmax((hidden @ weight.t() + bias) / temperature, -1)
+
+
+def test_candidate_logps_forward_and_backward_match_dense():
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(7, 5, generator=g, requires_grad=True)
+    weight = torch.randn(11, 5, generator=g, requires_grad=True)
+    bias = torch.randn(11, generator=g, requires_grad=True)
+    ids = torch.randint(0, 11, (7, 3), generator=g)
+    upstream = torch.randn(7, 3, generator=g)
+
+    out = candidate_logps(hidden, weight, bias, ids, temperature=0.7, chunk_rows=3)  # 3 chunks, last partial
+    (out * upstream).sum().backward()
+    ours = [t.grad.clone() for t in (hidden, weight, bias)]
+    for t in (hidden, weight, bias):
+        t.grad = None
+
+    ref = dense(hidden, weight, bias, 0.7).gather(-1, ids)
+    (ref * upstream).sum().backward()
+    torch.testing.assert_close(out, ref.detach())
+    for mine, t in zip(ours, (hidden, weight, bias)):
+        torch.testing.assert_close(mine, t.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_candidate_logps_empty_rows_keep_graph():
+    hidden = torch.zeros(0, 4, requires_grad=True)
+    out = candidate_logps(hidden, torch.randn(6, 4), None, torch.zeros(0, 2, dtype=torch.long))
+    assert out.shape == (0, 2)
+    out.sum().backward()  # no error: connected to the graph
+
+
+def test_token_statistics_hand_distribution():
+    # One row, identity head: logits = hidden = log([0.5, 0.3, 0.15, 0.05]) -> probs exactly those.
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    hidden = probs.log()
+    stats = token_statistics(hidden, torch.eye(4), None, torch.tensor([1]), top_n=2, top_p=0.95)
+    torch.testing.assert_close(stats["target_logps"], torch.tensor([0.3]).log())
+    torch.testing.assert_close(stats["topn_logps"], torch.tensor([[0.5, 0.3]]).log())
+    assert stats["topn_ids"].tolist() == [[0, 1]] and stats["is_top1"].tolist() == [False]
+    # 0.5 + 0.3 + 0.15 = 0.95 reaches top_p with 3 candidates.
+    assert stats["branching"].tolist() == [3]
+    expected_entropy = -(probs * probs.log()).sum()
+    torch.testing.assert_close(stats["entropy"], expected_entropy.reshape(1))

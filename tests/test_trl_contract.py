@@ -1,0 +1,109 @@
+"""The TRL 1.16 behaviours the base trainer relies on. Each test fails loudly if a TRL upgrade changes one."""
+
+import inspect
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+import exploration_trl as et
+from exploration_trl.ops.lm_head import token_statistics
+from exploration_trl.trainers.base import _Capture
+from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt")
+
+
+def make_trainer(ckpt, tmp_path, method="grpo", **overrides):
+    cls = et.get_trainer_class(method)
+    args = cls.config_class(**grpo_kwargs(tmp_path, **overrides))
+    trainer = cls(model=ckpt, reward_funcs=letter_reward, args=args, train_dataset=toy_dataset())
+    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
+    return trainer
+
+
+def hand_inputs(trainer, seed=0, b=4, p=3, t=5):
+    g = torch.Generator().manual_seed(seed)
+    vocab = trainer.model.config.vocab_size
+    completion_mask = torch.ones(b, t, dtype=torch.long)
+    completion_mask[1, 3:] = 0  # a shorter completion
+    completion_mask[2, 1:] = 0  # a one-token completion
+    return {
+        "prompt_ids": torch.randint(10, vocab, (b, p), generator=g),
+        "prompt_mask": torch.ones(b, p, dtype=torch.long),
+        "completion_ids": torch.randint(10, vocab, (b, t), generator=g),
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor([1.0, -0.5, 2.0, -1.5]),
+        "num_items_in_batch": completion_mask.sum(),
+    }
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
+def test_aggregation_matches_trl_loss(ckpt, tmp_path, loss_type):
+    """On-policy the ratio is 1, so TRL's loss is exactly its aggregation of -A per token."""
+    trainer = make_trainer(ckpt, tmp_path, loss_type=loss_type, exploration_metrics=False)
+    inputs = hand_inputs(trainer)
+    trl_loss = GRPOTrainer.compute_loss(trainer, trainer.model, inputs)
+    per_token = -inputs["advantages"][:, None].expand(-1, inputs["completion_mask"].size(1))
+    ours = trainer._aggregate_per_token(per_token, inputs["completion_mask"], inputs)
+    torch.testing.assert_close(ours, trl_loss.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_hidden_state_hook_reproduces_trl_logps(ckpt, tmp_path):
+    """The backbone hook sees the hidden states TRL's fused head projects: re-projecting them gives TRL's log-probs."""
+    trainer = make_trainer(ckpt, tmp_path, temperature=0.7)
+    inputs = hand_inputs(trainer)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    trainer._capture = capture = _Capture(mode="rollout")
+    with torch.no_grad():
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 5, batch_size=2)
+    trainer._capture = None
+    assert capture.logps is logps and entropies is None and capture.entropies is not None
+    _, head = trainer._lm_head(trainer.model)
+    hidden = capture.completion_hidden()
+    stats = token_statistics(hidden.reshape(-1, hidden.size(-1)), head.weight, head.bias,
+                             inputs["completion_ids"].reshape(-1), temperature=0.7)
+    valid = inputs["completion_mask"].bool()
+    torch.testing.assert_close(stats["target_logps"].view_as(logps)[valid], logps[valid], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(stats["entropy"].view_as(logps)[valid], capture.entropies[valid], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("steps_per_generation,expect_old", [(1, False), (2, True)])
+def test_old_logps_condition_mirrors_trl(ckpt, tmp_path, steps_per_generation, expect_old):
+    """CaSP predicts when TRL runs its own old-log-prob pass; the prediction must match TRL's output."""
+    trainer = make_trainer(ckpt, tmp_path, method="casp", steps_per_generation=steps_per_generation)
+    assert trainer._trl_computes_old_logps() is expect_old
+    batch = [trainer.train_dataset[i] for i in range(4 * steps_per_generation)]
+    out = trainer._generate_and_score_completions(batch)
+    assert ("old_per_token_logps" in out) is expect_old
+    # Candidates come from the rollout pass exactly when TRL runs one.
+    assert ("casp_topn_ids" in out) is expect_old
+
+
+def test_logged_advantages_are_the_final_ones(ckpt, tmp_path):
+    trainer = make_trainer(ckpt, tmp_path, method="dsgrpo", ds_gamma_p=0.3, ds_gamma_n=0.3)
+    batch = [trainer.train_dataset[i] for i in range(4)]
+    out = trainer._generate_and_score_completions(batch)
+    logged = torch.tensor(list(trainer._logs["advantages"]))[-4:]
+    torch.testing.assert_close(logged, out["advantages"].float())
+
+
+def test_trl_loss_forms_ratio_from_returned_logps():
+    """`_transform_policy_logps` relies on TRL computing the ratio from the log-probs our override returns."""
+    src = inspect.getsource(GRPOTrainer._compute_loss)
+    assert "self._get_per_token_logps_and_entropies(" in src
+    assert "log_ratio = per_token_logps - old_per_token_logps" in src
+    assert 'old_per_token_logps = inputs.get("old_per_token_logps")' in src
+    assert "coef_1 = torch.exp(log_importance_weights)" in src
+
+
+def test_trl_generation_hooks_exist():
+    src = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "self._calculate_rewards(" in src and '"advantages": advantages' in src
+    assert 'self._logs["advantages"].extend(all_process_advantages.tolist())' in src
+    fused = inspect.getsource(inspect.getmodule(GRPOTrainer).add_fused_lm_head)
+    assert "backbone_outputs.last_hidden_state[:, :-1]" in fused
