@@ -50,6 +50,12 @@ def _dataclass_keys(*classes) -> list[str]:
 
 def _unknown_key_error(keys, known, where):
     key = keys[0]
+    from .trainers import METHODS
+
+    owner = next((m for m, (_, cfg) in METHODS.items() if key in cfg.__dataclass_fields__), None)
+    if owner:
+        return CLIError(f"key '{key}' in {where} is a {owner} setting; set `method: {owner}` (or compose, e.g. "
+                        f"progrpo+{owner}) to use it")
     hint = difflib.get_close_matches(key, known, n=1)
     suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
     return CLIError(f"unknown key '{key}' in {where}{suggestion}; run `exploration-trl train --help` for the allowed keys")
@@ -183,11 +189,14 @@ def _check_batch_layout(training_args, dataset):
 
 def _toy_model(training_args, script_args):
     """`model_name_or_path: toy` builds the offline toy backbone into `<output_dir>/toy_base`."""
+    from accelerate import PartialState
+
     from .toy import make_toy_checkpoint
 
     path = Path(training_args.output_dir) / "toy_base"
-    if not (path / "config.json").exists():
-        make_toy_checkpoint(path, alphabet=script_args.toy_alphabet, seed=training_args.seed)
+    with PartialState().main_process_first():  # under accelerate launch, one process writes it
+        if not (path / "model.safetensors").exists():
+            make_toy_checkpoint(path, alphabet=script_args.toy_alphabet, seed=training_args.seed)
     return str(path)
 
 

@@ -65,3 +65,9 @@ def params_changed(trainer, ckpt):
 
     ref = dict(AutoModelForCausalLM.from_pretrained(ckpt).named_parameters())
     return max((ref[n] - p.detach()).abs().max().item() for n, p in trainer.model.named_parameters())
+
+
+def distinct_char_reward(completions, **kwargs):
+    """Distinct characters per completion: varies within groups even for an untrained toy model."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [len(set(t)) / 8 for t in texts]

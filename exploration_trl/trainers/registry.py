@@ -54,15 +54,37 @@ def parse_method(method: str) -> tuple[str, ...]:
     return tuple(adv + loss) or ("grpo",)
 
 
+def _field_default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _preset_overrides(configs: list[type]) -> dict:
+    """Namespace re-declaring every field whose default a preset changed from `ExplorationGRPOConfig`'s."""
+    base = ExplorationGRPOConfig.__dataclass_fields__
+    annotations, namespace = {}, {"__module__": __name__}
+    for cls in reversed(configs):  # later (lower priority) first, so higher priority overwrites
+        for name, f in cls.__dataclass_fields__.items():
+            if name in base and _field_default(f) == _field_default(base[name]):
+                continue
+            annotations[name] = f.type
+            namespace[name] = dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                metadata=f.metadata) if f.default_factory is not dataclasses.MISSING \
+                else dataclasses.field(default=f.default, metadata=f.metadata)
+    namespace["__annotations__"] = annotations
+    return namespace
+
+
 @cache
 def _compose(parts: tuple[str, ...]) -> tuple[type, type]:
     if len(parts) == 1:
         return METHODS[parts[0]]
     trainers = [METHODS[p][0] for p in parts]
-    # Loss-side config first in the MRO, so its clipping defaults (e.g. KL-Cov's no clipping) win.
+    # Loss-side config first: where both presets change a default (e.g. KL-Cov's no clipping vs ProGRPO's
+    # epsilon_high), the loss side wins. Dataclass inheritance alone would let a preset's *inherited* TRL default
+    # mask the other preset's override, so the overridden fields are re-declared explicitly.
     configs = [METHODS[p][1] for p in reversed(parts)]
     name = "".join(t.__name__.removesuffix("Trainer") for t in trainers)
-    config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), {"__module__": __name__}))
+    config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), _preset_overrides(configs)))
     trainer_cls = type(
         f"{name}Trainer", tuple(trainers),
         {"config_class": config_cls, "method_name": "+".join(parts), "__module__": __name__},

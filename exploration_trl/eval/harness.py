@@ -1,0 +1,621 @@
+"""``run_eval``: sample, grade, and report pass@k plus exploration metrics - resumably.
+
+Files written to ``output_dir``:
+
+* ``samples.jsonl`` - one line per finished problem (appended and flushed as soon as the problem is graded):
+  index, id, the sampling settings, completions, reward scores, correctness, extracted answers, per-completion
+  mean token entropy, token counts and finish reasons. A rerun with the same sampling settings skips the
+  problems already there; with different settings it refuses (use a new output dir or ``overwrite=True``).
+  ``limit``, ``ks``, ``batch_size`` and the diversity options are not sampling settings: a rerun may change
+  them (e.g. raise ``limit`` to extend a run).
+* ``results.json`` - summary + per-problem counts (schema ``exploration_trl.eval/results/v1``; see
+  :func:`summarize`), written atomically (temporary file in the same folder + ``os.replace``).
+* ``pass_at_k.png`` - the pass@k curve.
+
+Correctness: a completion is correct when its reward is ``>= Benchmark.success_threshold`` (1.0: full credit,
+so partial/format credit never counts); a ``None`` reward counts as wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from exploration_trl.eval import EvalError
+from exploration_trl.eval.benchmarks import Benchmark, load_benchmark
+from exploration_trl.eval.generation import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, derive_seed
+
+__all__ = [
+    "RESULTS_SCHEMA",
+    "SAMPLING_KEYS",
+    "run_eval",
+    "summarize",
+    "load_results",
+    "extract_answer",
+    "default_output_dir",
+    "write_json_atomic",
+    "package_versions",
+]
+
+logger = logging.getLogger(__name__)
+
+RESULTS_SCHEMA = "exploration_trl.eval/results/v1"
+RESULTS_FILE, SAMPLES_FILE, PLOT_FILE = "results.json", "samples.jsonl", "pass_at_k.png"
+#: Settings that determine the samples; a resumed run must match them exactly.
+SAMPLING_KEYS = ("model", "benchmark", "reward", "n", "temperature", "top_p", "max_tokens", "seed", "backend")
+SUCCESS_THRESHOLD = 1.0
+
+
+# --------------------------------------------------------------------------------------------- answers
+def _last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), with nested braces."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    i = text.find("{", start)
+    if i < 0:
+        m = re.match(r"\\boxed\s+([^\s$]+)", text[start:])  # "\boxed 5"
+        return m.group(1) if m else None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+    return None
+
+
+def _normalize_math(ans: str) -> str:
+    s = ans.strip()
+    s = re.sub(r"\\text\{\s*([^{}]*)\}", r"\1", s)
+    for a, b in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\dfrac", "\\frac"),
+                 ("\\tfrac", "\\frac"), ("^\\circ", ""), ("^{\\circ}", ""), ("\\%", ""), ("$", "")):
+        s = s.replace(a, b)
+    s = re.sub(r"\s+", "", s).rstrip(".")
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):  # thousands separators
+        s = s.replace(",", "")
+    if re.fullmatch(r"-?\d+\.0+", s):
+        s = s.split(".")[0]
+    return s
+
+
+def extract_answer(text: str, answer_type: str) -> str | None:
+    """The (normalised) final answer of a completion, for maj@n and solution multiplicity.
+
+    ``math``: last ``\\boxed{}`` (else the math reward's "the answer is ..." fallback), lightly normalised
+    (``\\left``/``\\right``, ``\\dfrac``, spaces, thousands separators, ``27.0`` -> ``27``); ``countdown``: the
+    equation the countdown reward reads (last ``<answer>...</answer>``) without whitespace; ``code``: ``None``.
+    """
+    if not isinstance(text, str):
+        return None
+    if answer_type == "math":
+        box = _last_boxed(text)
+        if box is None:
+            try:  # the reward's own extraction ("... the answer is 42"), so maj@n sees what was graded
+                from exploration_trl.rewards.math import extract_final_answer
+
+                found = extract_final_answer(text)
+            except ImportError:
+                found = None
+            if found is None:
+                return None
+            box = found[1][0]
+        return _normalize_math(box) or None
+    if answer_type == "countdown":
+        try:
+            from exploration_trl.rewards.countdown import extract_equation
+
+            eq = extract_equation(text)
+        except ImportError:
+            tags = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
+            eq = tags[-1] if tags else None
+        if eq is None:
+            return None
+        eq = re.sub(r"\s+", "", eq).split("=")[0]
+        return eq if re.fullmatch(r"[\d+\-*/().]+", eq) and re.search(r"\d", eq) else None
+    return None
+
+
+# --------------------------------------------------------------------------------------------- files
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON to a temporary file in the same folder, then ``os.replace`` it onto ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=False, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _json_default(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def _clean(x):
+    """NaN/inf -> None, recursively (strict JSON)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def package_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    import exploration_trl
+
+    out: dict[str, str | None] = {"exploration_trl": exploration_trl.__version__}
+    for pkg in ("torch", "transformers", "trl", "peft", "vllm"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            if pkg != "vllm":
+                out[pkg] = None
+    import platform
+
+    out["python"] = platform.python_version()
+    return out
+
+
+def _read_samples(path: Path) -> list[dict]:
+    """Finished problems from ``samples.jsonl``; a partial last line (crash mid-write) is cut off."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        cut = raw.rfind(b"\n") + 1
+        with open(path, "r+b") as f:
+            f.truncate(cut)
+        raw = raw[:cut]
+    rows = []
+    for lineno, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise EvalError(f"{path}:{lineno} is not valid JSON; delete the file or rerun with --overwrite") from None
+    return rows
+
+
+def _model_id(model: Any) -> str:
+    if isinstance(model, tuple):
+        model = model[0]
+    if isinstance(model, (str, os.PathLike)):
+        p = Path(model).expanduser()
+        return str(p.resolve()) if p.exists() else str(model)
+    return str(getattr(model, "name_or_path", "") or type(model).__name__)
+
+
+def default_output_dir(model: Any, benchmark: str, n: int, temperature: float) -> Path:
+    """``runs/eval/<model>__<benchmark>__n<n>_t<temperature>`` (relative to the working directory)."""
+    name = Path(_model_id(model).rstrip("/")).name or "model"
+    bench = Path(str(benchmark)).name
+    for suffix in (".jsonl.gz", ".jsonl", ".json", ".parquet"):
+        if bench.endswith(suffix):
+            bench = bench[: -len(suffix)]
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{name}__{bench}__n{n}_t{temperature:g}")
+    return Path("runs") / "eval" / safe
+
+
+def _diff(old: Mapping, new: Mapping) -> str:
+    parts = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in SAMPLING_KEYS if old.get(k) != new.get(k)]
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------- summary
+def _mean(values) -> float | None:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return float(sum(vals) / len(vals)) if vals else None
+
+
+def _weighted_entropy(rows, select=None) -> float | None:
+    num = den = 0.0
+    for r in rows:
+        for j, (e, t) in enumerate(zip(r.get("entropies") or [], r.get("num_tokens") or [])):
+            if e is None or not t or (select is not None and bool(r["correct"][j]) != select):
+                continue
+            num += e * t
+            den += t
+    return num / den if den else None
+
+
+def summarize(
+    rows: list[dict],
+    ks: list[int] | None = None,
+    answer_type: str = "math",
+    diversity: bool = True,
+    semantic: bool = True,
+) -> dict[str, Any]:
+    """Summary metrics of finished problems (``samples.jsonl`` rows).
+
+    Returns ``dict(num_problems, n, pass_at_k{k: mean unbiased pass@k}, avg_at_n, maj_at_n, token_entropy
+    (token-weighted mean entropy, nats), token_entropy_correct / _wrong, mean_completion_tokens,
+    truncated_fraction, solution_multiplicity{mean, mean_solved}, diversity_correct{distinct_1, distinct_2,
+    self_bleu, semantic_cosine, num_problems})``. Diversity is averaged over problems with >= 2 correct
+    completions; maj@n and solution multiplicity are ``None`` for code benchmarks.
+    """
+    from exploration_trl.metrics import (
+        avg_at_n,
+        default_ks,
+        diversity_report,
+        maj_at_n,
+        mean_solution_multiplicity,
+        pass_at_k_curve,
+    )
+
+    if not rows:
+        raise EvalError("no finished problems to summarise")
+    ns = [len(r["correct"]) for r in rows]
+    cs = [int(sum(bool(x) for x in r["correct"])) for r in rows]
+    n_min = min(ns)
+    ks = _check_ks(ks, n_min) if ks is not None else default_ks(n_min)
+    correct = [[bool(x) for x in r["correct"]] for r in rows]
+    summary: dict[str, Any] = {
+        "num_problems": len(rows),
+        "n": n_min if len(set(ns)) == 1 else ns,
+        "pass_at_k": {str(k): v for k, v in pass_at_k_curve(ns, cs, ks).items()},
+        "avg_at_n": avg_at_n(correct),
+    }
+    has_answers = answer_type != "code" and any(a is not None for r in rows for a in r.get("answers") or [])
+    answers = [list(r.get("answers") or [None] * len(r["correct"])) for r in rows]
+    summary["maj_at_n"] = maj_at_n(answers, correct) if answer_type != "code" else None
+    summary["token_entropy"] = _weighted_entropy(rows)
+    summary["token_entropy_correct"] = _weighted_entropy(rows, True)
+    summary["token_entropy_wrong"] = _weighted_entropy(rows, False)
+    tokens = [t for r in rows for t in (r.get("num_tokens") or [])]
+    summary["mean_completion_tokens"] = _mean(tokens)
+    reasons = [f for r in rows for f in (r.get("finish_reasons") or [])]
+    summary["truncated_fraction"] = (sum(f == "length" for f in reasons) / len(reasons)) if reasons else None
+    summary["solution_multiplicity"] = (
+        {
+            "mean": mean_solution_multiplicity(answers, correct),
+            "mean_solved": mean_solution_multiplicity(answers, correct, solved_only=True),
+        }
+        if has_answers
+        else None
+    )
+    if diversity:
+        summary["diversity_correct"] = _diversity(rows, semantic, diversity_report)
+    return _clean(summary)
+
+
+def _diversity(rows, semantic: bool, diversity_report) -> dict[str, Any]:
+    keys = ["distinct_1", "distinct_2", "self_bleu"] + (["semantic_cosine"] if semantic else [])
+    per_problem: list[dict] = []
+    model = None
+    if semantic and any(sum(map(bool, r["correct"])) >= 2 for r in rows):
+        try:
+            from exploration_trl.metrics import load_embedding_model
+
+            model = load_embedding_model()
+        except (ImportError, OSError) as e:
+            logger.warning("semantic diversity skipped: %s", e)
+            semantic = False
+            keys.remove("semantic_cosine")
+    for r in rows:
+        if sum(map(bool, r["correct"])) < 2:
+            continue
+        rep = diversity_report(r["completions"], semantic=semantic, correct=r["correct"], model=model)
+        per_problem.append(rep)
+    out: dict[str, Any] = {k: _mean(p.get(k) for p in per_problem) for k in keys}
+    out["num_problems"] = len(per_problem)
+    return out
+
+
+def _check_ks(ks, n: int) -> list[int]:
+    if isinstance(ks, str):
+        ks = [x for x in ks.split(",") if x.strip()]
+    try:
+        out = sorted({int(k) for k in ks})
+    except (TypeError, ValueError):
+        raise EvalError(f"k values must be integers, got {ks!r}") from None
+    if not out:
+        raise EvalError("no k values given")
+    bad = [k for k in out if k < 1 or k > n]
+    if bad:
+        raise EvalError(f"k={bad[0]} is out of range: pass@k needs 1 <= k <= n={n}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- loading
+def load_results(path: str | Path) -> dict:
+    """Read a ``results.json`` (or the folder holding one); raises :class:`EvalError` when it is not one.
+
+    Minimal accepted content: ``{"problems": [{"n": int, "c": int}, ...]}``.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / RESULTS_FILE
+    if not p.is_file():
+        raise EvalError(f"results file not found: {path}")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise EvalError(f"{path} is not a results.json (not valid JSON)") from None
+    problems = data.get("problems") if isinstance(data, dict) else None
+    if not isinstance(problems, list) or not problems:
+        raise EvalError(f"{path} is not a results.json (no 'problems' list with per-problem n and c)")
+    for i, pr in enumerate(problems):
+        ok = isinstance(pr, dict) and isinstance(pr.get("n"), int) and isinstance(pr.get("c"), int)
+        if not ok or not (pr["n"] >= 1 and 0 <= pr["c"] <= pr["n"]):
+            raise EvalError(f"{path} is not a results.json (problem {i} lacks valid integer 'n' and 'c' with 0 <= c <= n)")
+    data.setdefault("path", str(p))
+    return data
+
+
+# --------------------------------------------------------------------------------------------- main
+def run_eval(
+    model: Any,
+    benchmark: str | Path | Benchmark,
+    n: int = 16,
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    max_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    ks: list[int] | str | None = None,
+    output_dir: str | Path | None = None,
+    limit: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    seed: int = 0,
+    diversity: bool = True,
+    semantic: bool = True,
+    backend: str = "auto",
+    progress: bool = True,
+    overwrite: bool = False,
+    reward: str | None = None,
+    question_column: str | None = None,
+    answer_column: str | None = None,
+    tokenizer: Any = None,
+    plot: bool = True,
+) -> dict:
+    """Evaluate ``model`` on ``benchmark``: ``n`` samples per problem, graded by the benchmark's reward.
+
+    Args:
+        model: Hub id, checkpoint dir, LoRA adapter dir, loaded model or ``(model, tokenizer)``.
+        benchmark: built-in name, local file, or a :class:`Benchmark`.
+        n, temperature, top_p, max_tokens, seed, backend: sampling settings (see :func:`generate`).
+        ks: k values of the pass@k table (default 1, 2, 4, ..., n); each must be ``<= n``.
+        output_dir: where the files go (default :func:`default_output_dir`).
+        limit: evaluate the first ``limit`` problems only.
+        batch_size: sequences per ``model.generate`` call (transformers backend).
+        diversity / semantic: diversity among correct solutions; ``semantic`` adds the embedding cosine.
+        overwrite: delete this harness's files in ``output_dir`` first instead of resuming.
+        reward / question_column / answer_column: see :func:`load_benchmark`.
+
+    Returns:
+        The ``results.json`` content.
+    """
+    from tqdm.auto import tqdm
+
+    from exploration_trl.eval.generation import load_generator, resolve_backend
+    from exploration_trl.rewards import get_reward
+
+    if int(n) < 1:
+        raise EvalError(f"n must be >= 1, got {n}")
+    if not (temperature >= 0):
+        raise EvalError(f"temperature must be >= 0, got {temperature}")
+    if not (0 < top_p <= 1):
+        raise EvalError(f"top_p must be in (0, 1], got {top_p}")
+    if int(max_tokens) < 1 or int(batch_size) < 1:
+        raise EvalError("max_tokens and batch_size must be positive")
+    n, max_tokens, batch_size, seed = int(n), int(max_tokens), int(batch_size), int(seed)
+    ks = _check_ks(ks, n) if ks is not None else None
+
+    if isinstance(benchmark, Benchmark):
+        bench = benchmark
+        if limit is not None:
+            bench = Benchmark(**{**bench.__dict__, "records": bench.records[: int(limit)]})
+    else:
+        bench = load_benchmark(benchmark, limit=limit, question_column=question_column,
+                               answer_column=answer_column, reward=reward)
+    if not bench.records:
+        raise EvalError(f"benchmark {bench.name!r} has no problems")
+    try:
+        reward_fn = get_reward(bench.reward, **bench.reward_kwargs)
+    except (KeyError, ValueError) as e:
+        raise EvalError(f"unknown reward {bench.reward!r}: {e}") from None
+
+    from exploration_trl.eval.benchmarks import BUILTIN_BENCHMARKS
+
+    builtin = bench.name in BUILTIN_BENCHMARKS and bench.source.startswith(str(Path(__file__).resolve().parent.parent))
+    sampling = {
+        "model": _model_id(model),
+        "benchmark": bench.name if builtin else (bench.source or bench.name),
+        "reward": bench.reward,
+        "n": n,
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "backend": backend,
+    }
+    out = Path(output_dir) if output_dir is not None else default_output_dir(model, bench.name, n, temperature)
+    out.mkdir(parents=True, exist_ok=True)
+    samples_path, results_path = out / SAMPLES_FILE, out / RESULTS_FILE
+    if overwrite:
+        for name in (SAMPLES_FILE, RESULTS_FILE, PLOT_FILE):
+            if (out / name).exists():
+                (out / name).unlink()
+
+    # ---- resume / refuse
+    rows = _read_samples(samples_path)
+    previous = [r.get("settings") for r in rows]
+    if results_path.exists():
+        try:
+            previous.append(json.loads(results_path.read_text()).get("settings"))
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    for prev in previous:
+        prev_sampling = {k: (prev or {}).get(k) for k in SAMPLING_KEYS}
+        if prev_sampling != sampling:
+            raise EvalError(
+                f"{out} holds a run with different settings ({_diff(prev_sampling, sampling)}); "
+                "use a new --output-dir or --overwrite"
+            )
+    done = {}
+    for r in rows:
+        i = r["index"]
+        if i < len(bench.records) and str(bench.records[i]["id"]) != str(r["id"]):
+            raise EvalError(
+                f"{samples_path}: problem {i} has id {r['id']!r} but the benchmark has {bench.records[i]['id']!r}; "
+                "use a new --output-dir or --overwrite"
+            )
+        done[i] = r
+    todo = [i for i in range(len(bench.records)) if i not in done]
+
+    resolved_backend = resolve_backend(backend, model if not isinstance(model, tuple) else model[0])
+    start = time.time()
+    gen_seconds = 0.0
+    if todo:
+        logger.info("%d of %d problems to generate (%d already in %s)", len(todo), len(bench.records),
+                    len(bench.records) - len(todo), samples_path)
+        generator = load_generator(model, backend=resolved_backend, tokenizer=tokenizer, seed=seed)
+        resolved_backend = generator.backend
+        # Fixed chunk boundaries (independent of what is already done) keep transformers batches - and so
+        # the samples - identical between an interrupted-and-resumed run and an uninterrupted one.
+        per_chunk = max(1, batch_size // n) if resolved_backend == "transformers" else max(1, 4096 // n)
+        chunks: dict[int, list[int]] = {}
+        for i in todo:
+            chunks.setdefault(i // per_chunk, []).append(i)
+        bar = tqdm(total=len(bench.records), initial=len(bench.records) - len(todo), desc=f"eval {bench.name}",
+                   unit="problem", disable=not progress)
+        try:
+            with open(samples_path, "a", encoding="utf-8") as fh:
+                for idx in chunks.values():
+                    recs = [bench.records[i] for i in idx]
+                    t0 = time.time()
+                    samples = generator.generate(
+                        [r["prompt"] for r in recs], n, temperature=temperature, top_p=top_p,
+                        max_new_tokens=max_tokens, batch_size=batch_size,
+                        seeds=[derive_seed(seed, i, str(r["id"])) for i, r in zip(idx, recs)], progress=progress,
+                    )
+                    elapsed = (time.time() - t0) / len(idx)
+                    for i, rec, s in zip(idx, recs, samples):
+                        row = _grade(i, rec, s, bench, reward_fn, sampling, elapsed)
+                        fh.write(json.dumps(_clean(row), ensure_ascii=False, default=_json_default) + "\n")
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                        done[i] = row
+                        gen_seconds += elapsed
+                        bar.update(1)
+        finally:
+            bar.close()
+            generator.close()
+
+    ordered = [done[i] for i in range(len(bench.records))]
+    try:  # completions the reward could not score (verifier crash/timeout), counted by the rewards module
+        from exploration_trl.rewards import pop_failure_counts
+
+        reward_failures = pop_failure_counts()
+    except ImportError:
+        reward_failures = None
+    summary = summarize(ordered, ks=ks, answer_type=bench.answer_type, diversity=diversity, semantic=semantic)
+    results = {
+        "schema": RESULTS_SCHEMA,
+        "model": sampling["model"],
+        "benchmark": {
+            "name": bench.name,
+            "source": bench.source,
+            "reward": bench.reward,
+            "num_problems": len(bench.records),
+            "prompt_format": bench.prompt_format,
+            "answer_type": bench.answer_type,
+        },
+        "settings": {
+            **sampling,
+            "resolved_backend": resolved_backend,
+            "limit": limit,
+            "ks": [int(k) for k in summary["pass_at_k"]],
+            "batch_size": batch_size,
+            "diversity": diversity,
+            "semantic": semantic,
+            "success_threshold": SUCCESS_THRESHOLD,
+        },
+        "versions": package_versions(),
+        "summary": summary,
+        "problems": [
+            _clean({
+                "index": r["index"],
+                "id": r["id"],
+                "n": len(r["correct"]),
+                "c": int(sum(bool(x) for x in r["correct"])),
+                "gold": r.get("gold"),
+                "answers": r.get("answers"),
+                "mean_entropy": _mean(r.get("entropies") or []),
+                "mean_tokens": _mean(r.get("num_tokens") or []),
+            })
+            for r in ordered
+        ],
+        "timing": {
+            "generation_seconds_this_run": round(gen_seconds, 3),
+            "wall_seconds_this_run": round(time.time() - start, 3),
+            "generation_seconds_total": round(sum(r.get("seconds") or 0.0 for r in ordered), 3),
+        },
+        "reward_failures_this_run": reward_failures,
+        "files": {"samples": SAMPLES_FILE, "plot": PLOT_FILE if plot else None},
+    }
+    write_json_atomic(results_path, results)
+    if plot:
+        from exploration_trl.eval.plots import plot_pass_at_k
+
+        plot_pass_at_k([results], out / PLOT_FILE, labels=[f"{Path(sampling['model']).name} ({bench.name})"])
+    results["path"] = str(results_path)
+    return results
+
+
+def _grade(index: int, rec: dict, samples, bench: Benchmark, reward_fn, sampling: dict, seconds: float) -> dict:
+    """Score one problem's completions with the reward, TRL-style, and build its ``samples.jsonl`` row."""
+    k = len(samples.completions)
+    prompt = rec["prompt"]
+    chat = isinstance(prompt, list)
+    completions = [[{"role": "assistant", "content": c}] for c in samples.completions] if chat else list(samples.completions)
+    columns = {col: [rec[col]] * k for col in bench.gold_columns}
+    scores = reward_fn(completions=completions, prompts=[prompt] * k, **columns)
+    scores = [None if s is None else float(s) for s in scores]
+    if len(scores) != k:
+        raise EvalError(f"reward {bench.reward!r} returned {len(scores)} scores for {k} completions")
+    correct = [s is not None and s >= SUCCESS_THRESHOLD for s in scores]
+    gold = rec.get("answer", rec.get("target"))
+    return {
+        "index": index,
+        "id": str(rec["id"]),
+        "settings": sampling,
+        "gold": gold,
+        "completions": list(samples.completions),
+        "scores": scores,
+        "correct": correct,
+        "answers": [extract_answer(c, bench.answer_type) for c in samples.completions],
+        "entropies": list(samples.entropies),
+        "num_tokens": list(samples.num_tokens),
+        "finish_reasons": list(samples.finish_reasons),
+        "seconds": round(seconds, 4),
+    }

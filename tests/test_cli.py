@@ -1,0 +1,127 @@
+"""`exploration-trl train`: YAML parsing, the toy demo end to end, and one-line errors for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from exploration_trl.cli import main, parse_train_args
+
+BASE = {
+    "method": "grpo",
+    "model_name_or_path": "toy",
+    "dataset_name": "countdown",
+    "max_train_samples": 8,
+    "reward_funcs": ["countdown"],
+    "use_cpu": True,
+    "max_steps": 1,
+    "per_device_train_batch_size": 4,
+    "num_generations": 4,
+    "max_completion_length": 4,
+    "save_strategy": "no",
+    "report_to": "none",
+}
+
+
+def write_yaml(tmp_path, **changes):
+    cfg = {**BASE, "output_dir": str(tmp_path / "out"), **changes}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def run_error(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err  # one error line (progress bars of dataset loading may precede it)
+    return lines[0]
+
+
+def test_yaml_sets_method_config_and_cli_overrides(tmp_path):
+    path = write_yaml(tmp_path, method="progrpo+casp", casp_alpha=0.02, progrpo_alpha=0.5)
+    script, args, model = parse_train_args(["--config", path, "--casp_top_n", "5"])
+    assert script.method == "progrpo+casp" and type(args).__name__ == "ProGRPOCaSPConfig"
+    assert (args.casp_alpha, args.casp_top_n, args.progrpo_alpha, args.epsilon_high) == (0.02, 5, 0.5, 0.28)
+    assert model.model_name_or_path == "toy"
+
+
+def test_unknown_yaml_key(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, method="casp", casp_alpah=0.1)])
+    assert "unknown key 'casp_alpah'" in msg and "did you mean 'casp_alpha'" in msg
+
+
+def test_key_of_another_method(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, kl_cov_ratio=0.1)])
+    assert msg.startswith("error: key 'kl_cov_ratio' in ") and "is a kl_cov setting; set `method: kl_cov`" in msg
+
+
+def test_unknown_cli_key(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path), "--num_generationz", "4"])
+    assert "unknown key 'num_generationz'" in msg and "command line" in msg
+
+
+def test_unknown_method(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, method="ppo")])
+    assert msg == (
+        "error: unknown method 'ppo'; choose one of: grpo, progrpo, dsgrpo, casp, kl_cov, clip_cov "
+        "(or advantage+loss, e.g. progrpo+casp)"
+    )
+
+
+def test_two_loss_side_methods(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, method="casp+kl_cov")])
+    assert "at most one of progrpo, dsgrpo and one of casp, kl_cov, clip_cov" in msg
+
+
+def test_unknown_reward(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, reward_funcs=["acuracy"])])
+    assert "unknown reward 'acuracy'" in msg and "math_accuracy" in msg and "countdown" in msg
+
+
+def test_num_generations_below_two(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, num_generations=1)])
+    assert "2 generations" in msg and "1" in msg
+
+
+def test_batch_not_divisible_into_groups(tmp_path, capsys):
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, per_device_train_batch_size=6)])
+    assert "generation_batch_size (6) must be divisible by num_generations (4)" in msg
+
+
+def test_missing_dataset_column(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"question": "1+1?", "answer": "2"}) for _ in range(8)))
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, dataset_name=str(data), reward_funcs=["math_accuracy"])])
+    assert msg == ("error: dataset '%s' has no column 'prompt' (columns: question, answer); set dataset_prompt_column "
+                   "to the prompt column" % data)
+
+
+def test_missing_config_file(capsys):
+    assert run_error(capsys, ["train", "--config", "nope.yaml"]) == "error: config file 'nope.yaml' not found"
+
+
+def test_local_jsonl_with_prompt_column_trains(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"question": f"{i}+1?", "answer": str(i + 1)}) for i in range(8)))
+    path = write_yaml(tmp_path, dataset_name=str(data), dataset_prompt_column="question", reward_funcs=["math_accuracy"])
+    assert main(["train", "--config", path]) == 0
+    assert (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_demo_config_as_a_console_script(tmp_path):
+    """The README's demo path: the console script on the shipped demo YAML writes a model and its card."""
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "exploration_trl.cli", "train", "--config", "configs/demo_toy_countdown.yaml",
+         "--output_dir", str(out), "--max_steps", "2"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "model.safetensors").exists() and (out / "config.json").exists()
+    card = (out / "README.md").read_text()
+    assert "casp" in card.lower()
