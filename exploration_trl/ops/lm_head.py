@@ -118,5 +118,5 @@ def token_statistics(
         if top_p is not None:
             from ..metrics import branching_factor
 
-            out["branching"][sl] = branching_factor(logps, top_p=top_p)
+            out["branching"][sl] = branching_factor(logps, top_p=top_p, compute_dtype=torch.float32)
     return out

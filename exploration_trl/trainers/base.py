@@ -62,7 +62,7 @@ class ExplorationGRPOConfig(GRPOConfig):
         default=True, metadata={"help": "Log exploration metrics (entropy by correctness, Λ(n), branching, pass@G)."}
     )
     exploration_metrics_max_tokens: int = field(
-        default=256,
+        default=64,
         metadata={"help": "Completion tokens per micro-batch sampled for Λ(n) and the branching factor."},
     )
     exploration_metrics_top_p: float = field(
