@@ -1,0 +1,43 @@
+"""Sharing trained models: Hub model cards (`write_model_card`) and uploads (`push_output_dir`).
+
+* :mod:`~exploration_trl.hub.cards` - `README.md` with Hub metadata (`base_model`, `library_name`, `tags`,
+  `datasets`, `model-index` with pass@k), the method and its citation, hyperparameters, training curves
+  (`training_curves.png`), loading instructions and framework versions.
+* :mod:`~exploration_trl.hub.push` - `push_output_dir`: card + `create_repo` + `upload_folder`, with one-line
+  errors and no partial writes.
+* :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind each method.
+* :mod:`~exploration_trl.hub.command` - the `exploration-trl push` subcommand.
+
+Imports are lazy: `import exploration_trl.hub` loads neither `huggingface_hub` nor matplotlib.
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "write_model_card": "exploration_trl.hub.cards",
+    "render_model_card": "exploration_trl.hub.cards",
+    "load_card_state": "exploration_trl.hub.cards",
+    "collect_results": "exploration_trl.hub.cards",
+    "normalize_results": "exploration_trl.hub.cards",
+    "eval_results_from": "exploration_trl.hub.cards",
+    "plot_training_curves": "exploration_trl.hub.cards",
+    "extract_hyperparameters": "exploration_trl.hub.cards",
+    "detect_adapter": "exploration_trl.hub.cards",
+    "RenderedCard": "exploration_trl.hub.cards",
+    "push_output_dir": "exploration_trl.hub.push",
+    "HubError": "exploration_trl.hub.push",
+    "PAPERS": "exploration_trl.hub.citations",
+    "METHOD_PAPERS": "exploration_trl.hub.citations",
+    "bibtex_for": "exploration_trl.hub.citations",
+    "papers_for": "exploration_trl.hub.citations",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'exploration_trl.hub' has no attribute {name!r}")
