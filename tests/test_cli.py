@@ -125,3 +125,15 @@ def test_demo_config_as_a_console_script(tmp_path):
     assert (out / "model.safetensors").exists() and (out / "config.json").exists()
     card = (out / "README.md").read_text()
     assert "casp" in card.lower()
+
+
+def test_composed_method_saves_and_reloads_training_args(tmp_path):
+    """A composed config class must pickle into training_args.bin and load in a fresh process."""
+    path = write_yaml(tmp_path, method="progrpo+casp")
+    assert main(["train", "--config", path]) == 0
+    proc = subprocess.run(
+        [sys.executable, "-c", "import torch,sys; a = torch.load(sys.argv[1], weights_only=False); "
+         "print(type(a).__name__, a.casp_top_n, a.progrpo_alpha)", str(tmp_path / "out" / "training_args.bin")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.stdout.split() == ["ProGRPOCaSPConfig", "3", "0.3"], proc.stderr[-1500:]

@@ -92,6 +92,16 @@ def _compose(parts: tuple[str, ...]) -> tuple[type, type]:
     return trainer_cls, config_cls
 
 
+def __getattr__(name: str):
+    """Resolve composed class names (e.g. `ProGRPOCaSPConfig`) so pickled training args load in a new process."""
+    for adv in ADVANTAGE_SIDE:
+        for loss in LOSS_SIDE:
+            for cls in _compose((adv, loss)):
+                if cls.__name__ == name:
+                    return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def get_trainer_class(method: str) -> type:
     """The trainer class for `method` (`'casp'`, `'progrpo+kl_cov'`, ...); its `config_class` is the config."""
     return _compose(parse_method(method))[0]

@@ -1,0 +1,307 @@
+"""The shipped configs: every training YAML parses with the CLI's parser (no download), the method recipes carry
+the papers' hyperparameters, every launch header names its own file, the accelerate configs are valid, and the
+vLLM server launcher passes the flags TRL 1.16's server mode needs."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+METHOD_DIR = REPO / "configs" / "methods"
+ACCEL_DIR = REPO / "configs" / "accelerate"
+LAUNCHER = REPO / "scripts" / "launch_vllm_server_mode.sh"
+SMOKE = REPO / "scripts" / "gpu_smoke.sh"
+
+METHODS = ("grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov")
+SIZES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2.5-7B"}
+
+#: The papers' values (ProGRPO Eq. 4 / Sec. 3.2; DS-GRPO App. B.3; CaSP App. E; Cui et al. 2025 for KL/Clip-Cov).
+PAPER_VALUES = {
+    "grpo": {},
+    "progrpo": {"progrpo_alpha": 0.3, "epsilon": 0.2, "epsilon_high": 0.28},  # clip [0.8, 1.28]
+    "dsgrpo": {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01, "epsilon_high": 0.25},
+    "casp": {"casp_top_n": 3, "casp_alpha": 0.01, "casp_top1_penalty": 1.1, "casp_entropy_quantile": 0.8},
+    "kl_cov": {"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0, "epsilon": math.inf, "epsilon_high": math.inf},
+    "clip_cov": {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+}
+#: Typical GRPO settings every method recipe shares.
+COMMON_VALUES = {"learning_rate": 1e-6, "num_generations": 8, "temperature": 1.0, "bf16": True, "use_vllm": True,
+                 "beta": 0.0}
+
+ACCEL_EXPECTED = {
+    "single_gpu.yaml": ("NO", None),
+    "multi_gpu.yaml": ("MULTI_GPU", None),
+    "zero2.yaml": ("DEEPSPEED", 2),
+    "zero3.yaml": ("DEEPSPEED", 3),
+    "fsdp2.yaml": ("FSDP", None),
+}
+
+LAUNCH_RE = re.compile(r"accelerate launch (?:\S+ )*?-m exploration_trl\.cli train --config (\S+)")
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def training_yamls() -> list[Path]:
+    return sorted(METHOD_DIR.glob("*.yaml")) + sorted((REPO / "configs" / "vllm").glob("*.yaml")) + sorted(
+        (REPO / "configs").glob("*.yaml")
+    )
+
+
+def method_yamls() -> list[Path]:
+    return sorted(METHOD_DIR.glob("*.yaml"))
+
+
+@pytest.fixture
+def parse(monkeypatch):
+    """`parse_train_args` as on a bf16-capable GPU machine (parsing only: no model, no data, no vLLM)."""
+    import transformers.training_args
+
+    from exploration_trl.cli import parse_train_args
+
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    return lambda path, *extra: parse_train_args(["--config", str(path), *extra])
+
+
+# ------------------------------------------------------------------------------------------ training YAMLs
+def test_every_method_and_size_has_a_recipe():
+    expected = {f"{m}_{s}.yaml" for m in METHODS for s in SIZES}
+    assert {p.name for p in method_yamls()} == expected
+
+
+@pytest.mark.parametrize("path", training_yamls(), ids=rel)
+def test_training_yaml_parses(parse, path):
+    from exploration_trl.cli import resolve_reward_funcs
+    from exploration_trl.trainers import get_config_class
+
+    script_args, training_args, model_args = parse(path)
+    raw = yaml.safe_load(path.read_text())
+    assert type(training_args) is get_config_class(raw.get("method", "grpo"))
+    assert model_args.model_name_or_path == raw["model_name_or_path"]
+    # Reward names and their options resolve without touching the network.
+    rewards = resolve_reward_funcs(script_args, ["countdown"])
+    assert len(rewards) == len(script_args.reward_funcs or ["countdown"])
+    if training_args.reward_weights is not None:
+        assert len(training_args.reward_weights) == len(rewards)
+    # Every group fits in the generation batch (checked at parse time for one process).
+    assert training_args.generation_batch_size % training_args.num_generations == 0
+
+
+@pytest.mark.parametrize("path", method_yamls(), ids=rel)
+def test_method_recipe_values(parse, path):
+    method, size = path.stem.split("_qwen")
+    size = "qwen" + size
+    script_args, args, model_args = parse(path)
+    assert script_args.method == method
+    assert model_args.model_name_or_path == SIZES[size]
+    assert model_args.dtype == "bfloat16"
+    for key, value in {**COMMON_VALUES, **PAPER_VALUES[method]}.items():
+        assert getattr(args, key) == value, f"{path.name}: {key}={getattr(args, key)!r}, expected {value!r}"
+    assert args.max_completion_length >= 1024
+    # GSM8K / MATH from the Hub, scored by math accuracy plus format.
+    assert script_args.dataset_name in ("openai/gsm8k", "DigitalLearningGmbH/MATH-lighteval")
+    assert script_args.dataset_config in ("main", "default")
+    assert script_args.reward_funcs == ["math_accuracy", "format"]
+    # A formatted but wrong answer (reward 0.1) must not count as correct (DS-GRPO, metrics).
+    assert args.reward_weights[1] < args.correct_reward_threshold < args.reward_weights[0]
+    assert args.vllm_importance_sampling_correction is True
+    assert args.vllm_mode == ("colocate" if size == "qwen2.5-0.5b" else "server")
+    if method in ("kl_cov", "clip_cov"):
+        # The covariance methods split each rollout into several optimizer steps (their configs' default).
+        assert args.steps_per_generation == 4 * args.gradient_accumulation_steps
+
+
+def test_vllm_configs_cover_both_modes(parse):
+    modes = {}
+    for path in sorted((REPO / "configs" / "vllm").glob("*.yaml")):
+        _, args, _ = parse(path)
+        assert args.use_vllm is True
+        modes[args.vllm_mode] = path
+    assert set(modes) == {"colocate", "server"}
+
+
+@pytest.mark.parametrize("path", method_yamls() + sorted((REPO / "configs" / "vllm").glob("*.yaml")), ids=rel)
+def test_header_launch_command_names_its_own_file(path):
+    header = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line.lstrip("# "))
+    launches = [m for line in header for m in LAUNCH_RE.finditer(line)]
+    assert launches, f"{rel(path)}: no `accelerate launch ... -m exploration_trl.cli train --config` line in the header"
+    for m in launches:
+        assert m.group(1) == rel(path), f"{rel(path)}: header launches {m.group(1)}"
+    for line in header:
+        for accel in re.findall(r"--config_file (\S+)", line):
+            assert (REPO / accel).is_file(), f"{rel(path)}: header names missing {accel}"
+
+
+# ------------------------------------------------------------------------------------------ accelerate
+@pytest.mark.parametrize("name", sorted(ACCEL_EXPECTED))
+def test_accelerate_config(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    path = ACCEL_DIR / name
+    raw = yaml.safe_load(path.read_text())
+    dist, stage = ACCEL_EXPECTED[name]
+    assert raw["distributed_type"] == dist
+    if stage is not None:
+        assert raw["deepspeed_config"]["zero_stage"] == stage
+    if name == "fsdp2.yaml":
+        assert raw["fsdp_config"]["fsdp_version"] == 2
+    assert raw["mixed_precision"] == "bf16"
+    # accelerate itself accepts the file (unknown keys raise) and resolves the launcher from it.
+    config = load_config_from_file(str(path))
+    assert config.distributed_type.value == dist
+    args = launch_command_parser().parse_args(["--config_file", str(path), "-m", "exploration_trl.cli", "train"])
+    args, _, _ = _validate_launch_command(args)
+    assert args.use_deepspeed == (dist == "DEEPSPEED")
+    assert args.use_fsdp == (dist == "FSDP")
+    assert args.multi_gpu == (dist == "MULTI_GPU")
+    if stage is not None:
+        assert int(args.zero_stage) == stage
+
+
+def test_accelerate_configs_are_exactly_these():
+    assert {p.name for p in ACCEL_DIR.glob("*.yaml")} == set(ACCEL_EXPECTED)
+
+
+# ------------------------------------------------------------------------------------------ vLLM server launcher
+def _dry_run(config, **env):
+    full = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "VLLM_GPUS": "7", "TRAIN_GPUS": "0,1,2,3,4,5,6",
+            **env}
+    out = subprocess.run(["bash", str(LAUNCHER), str(config), "--max_steps", "3"], cwd=REPO, env=full,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    return shlex.split(lines["server"]), lines["health"], shlex.split(lines["train"])
+
+
+def _flags(tokens: list[str]) -> dict:
+    flags, i = {}, 0
+    while i < len(tokens):
+        if tokens[i].startswith("--") and (i + 1 == len(tokens) or tokens[i + 1].startswith("--")):
+            flags[tokens[i]] = True
+            i += 1
+        elif tokens[i].startswith("--"):
+            flags[tokens[i]] = tokens[i + 1]
+            i += 2
+        else:
+            flags.setdefault("_positional", []).append(tokens[i])
+            i += 1
+    return flags
+
+
+def test_launcher_server_flags_match_trl_vllm_serve():
+    """The plain `vllm serve` command carries exactly what `trl vllm-serve` (TRL 1.16) would pass."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    config = METHOD_DIR / "casp_qwen2.5-7b.yaml"
+    server, health, train = _dry_run(config, VLLM_PORT="8123", VLLM_GPU_MEMORY_UTILIZATION="0.85")
+    assert server[:3] == ["env", "CUDA_VISIBLE_DEVICES=7", "VLLM_SERVER_DEV_MODE=1"]
+    ours = server[server.index("serve"):]
+    trl_cmd = build_command(ScriptArguments(model="Qwen/Qwen2.5-7B", port=8123, gpu_memory_utilization=0.85,
+                                            max_model_len=3072 + 1024))
+    theirs = trl_cmd[trl_cmd.index("serve"):]
+    assert _flags(ours) == _flags(theirs)
+    assert "--weight-transfer-config" in ours and "processed_logprobs" in ours
+
+    assert health == "http://127.0.0.1:8123/health"
+    assert train[:2] == ["env", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6"]
+    i = train.index("launch")
+    assert train[i + 1:i + 5] == ["--config_file", "configs/accelerate/zero3.yaml", "--num_processes", "7"]
+    assert train[train.index("--config") + 1] == str(config)
+    assert _flags(train)["--vllm_mode"] == "server"
+    assert _flags(train)["--vllm_server_base_url"] == "http://127.0.0.1:8123"
+    assert train[-2:] == ["--max_steps", "3"]
+
+
+def test_launcher_trl_variant_parses_with_trl():
+    """`VLLM_LAUNCHER=trl` passes only flags TRL's own `vllm-serve` parser knows, giving the same server command."""
+    from trl.scripts.vllm_serve import build_command, make_parser
+
+    server, _, _ = _dry_run(REPO / "configs" / "vllm" / "server_qwen2.5-7b.yaml", VLLM_LAUNCHER="trl",
+                            VLLM_GPUS="6,7", TRAIN_GPUS="0,1,2,3")
+    assert server[3:5] == ["trl", "vllm-serve"]
+    script_args, extra = make_parser(prog="trl vllm-serve").parse_args_and_config(
+        server[5:], return_remaining_strings=True
+    )
+    assert extra == []
+    assert (script_args.model, script_args.tensor_parallel_size, script_args.max_model_len) == ("Qwen/Qwen2.5-7B", 2, 4096)
+    plain, _, _ = _dry_run(REPO / "configs" / "vllm" / "server_qwen2.5-7b.yaml", VLLM_GPUS="6,7", TRAIN_GPUS="0,1,2,3")
+    cmd = build_command(script_args)
+    assert _flags(cmd[cmd.index("serve"):]) == _flags(plain[plain.index("serve"):])
+
+
+def test_trl_server_contract():
+    """What the launcher relies on: TRL's client waits on GET /health and needs the dev-mode weight-transfer API."""
+    import inspect
+
+    from trl.generation.vllm_client import VLLMClient
+    from trl.scripts import vllm_serve
+
+    assert 'f"{self.base_url}/health"' in inspect.getsource(VLLMClient.check_server)
+    assert "weight_transfer_config" in inspect.getsource(VLLMClient.init_communicator)
+    assert 'env["VLLM_SERVER_DEV_MODE"] = "1"' in inspect.getsource(vllm_serve.main)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="needs util-linux setsid")
+def test_launcher_waits_for_health_then_trains_then_stops_server(tmp_path):
+    """Control flow with stand-ins for `vllm` and `accelerate`: training starts only once /health answers, and the
+    server is stopped afterwards."""
+    port = _free_port()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(
+        "#!/usr/bin/env bash\nsleep 2\n"
+        f"exec {shlex.quote(sys.executable)} -c '\n"
+        "import http.server, os\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200 if self.path == \"/health\" else 404); self.end_headers()\n"
+        "    def log_message(self, *a): pass\n"
+        "print(\"dev_mode\", os.environ.get(\"VLLM_SERVER_DEV_MODE\"), \"gpus\", os.environ.get(\"CUDA_VISIBLE_DEVICES\"), flush=True)\n"
+        f"http.server.HTTPServer((\"127.0.0.1\", {port}), H).serve_forever()'\n"
+    )
+    (bin_dir / "accelerate").write_text(
+        "#!/usr/bin/env bash\n"
+        f"{shlex.quote(sys.executable)} -c 'import urllib.request; "
+        f"assert urllib.request.urlopen(\"http://127.0.0.1:{port}/health\").status == 200'\n"
+        "echo \"trained on $CUDA_VISIBLE_DEVICES with: $*\"\n"
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": sys.executable,
+           "CUDA_VISIBLE_DEVICES": "0,1", "VLLM_PORT": str(port), "VLLM_LOG": str(tmp_path / "server.log")}
+    out = subprocess.run(["bash", str(LAUNCHER), "configs/vllm/server_qwen2.5-7b.yaml"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "trained on 0 with: launch --config_file configs/accelerate/zero3.yaml --num_processes 1" in out.stdout
+    assert "dev_mode 1 gpus 1" in (tmp_path / "server.log").read_text()
+    with socket.socket() as s:  # the server is gone
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("script", [LAUNCHER, SMOKE], ids=lambda p: p.name)
+def test_scripts_are_valid_bash(script):
+    assert script.is_file() and os.access(script, os.X_OK)
+    subprocess.run(["bash", "-n", str(script)], check=True)
