@@ -1,0 +1,536 @@
+"""`exploration-trl tree`: the multi-mode tree of CaSP (Sec. 4.3 / Fig. 5), trained with the real trainers.
+
+A policy picks `horizon` actions from `actions`; a sequence earns reward 1 when it is one of the `rewarding`
+sequences, else 0. Several rewarding sequences ("modes") exist, so the question is not whether a method finds
+one but whether it keeps probability on all of them: plain GRPO sharpens onto a single mode, an entropy bonus
+keeps spread but leaks mass to wrong sequences, and exploration-preserving methods should keep several modes
+at high accuracy.
+
+The policy is the package's toy causal LM (a tiny Qwen2) with a word-level tokenizer whose only non-special
+tokens are the actions and one prompt token. Every method trains through its trainer class from
+`exploration_trl.get_trainer_class` exactly as a user would train a real model; the tree only shows up in the
+tokenizer, the reward function and the generation settings:
+
+* `max_completion_length=horizon`, `generation_kwargs={"min_new_tokens": horizon, "suppress_tokens": [every
+  non-action token]}`: generation samples `softmax(logits[actions] / temperature)` at each of exactly `horizon`
+  steps (the reward function counts any completion that is not `horizon` action tokens; the count is reported);
+* after training, every one of the `|actions| ** horizon` sequences is scored in one batched forward pass and
+  its probability is computed exactly, renormalising over the action tokens at the training temperature (the
+  distribution generation samples from); no sampling is involved in the reported numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import _common
+
+DEFAULT_ACTIONS = "ABCD"
+DEFAULT_HORIZON = 3
+DEFAULT_REWARDING = "ACD,ACB,BDC,BDA,CAB,DBA"
+DEFAULT_METHODS = "grpo,grpo_entropy,progrpo,dsgrpo,casp,kl_cov"
+DEFAULT_SEEDS = "0,1,2"
+DEFAULT_STEPS = 300
+DEFAULT_NUM_GENERATIONS = 16
+DEFAULT_LEARNING_RATE = 3e-3
+#: Toy backbone for the tree (kwargs of `exploration_trl.toy.build_toy_model`).
+DEFAULT_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=128)
+#: A sequence counts as a covered mode when it holds at least this much probability.
+MODE_THRESHOLD = 0.01
+#: Guard on `|actions| ** horizon` for the exact enumeration.
+MAX_SEQUENCES = 200_000
+
+PROMPT_TOKEN = "<q>"
+#: Two prompt tokens, so ProGRPO's prompt confidence (which skips the first prompt token) is defined.
+PROMPT = f"{PROMPT_TOKEN} {PROMPT_TOKEN}"
+
+#: Per-method defaults for the tree, applied before `--config`. Only CaSP's forking quantile departs from the
+#: paper value (tau = 0.8), because with 3 tokens per response tau = 0.8 marks exactly one token as forking;
+#: see docs/what_it_shows.md. Everything else is the method's published default (its config class's default).
+TREE_METHOD_DEFAULTS: dict[str, dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class TreeTask:
+    actions: tuple[str, ...]
+    horizon: int
+    rewarding: tuple[str, ...]
+
+    @classmethod
+    def from_flags(cls, actions: str, horizon: int, rewarding: str) -> TreeTask:
+        acts = tuple(actions)
+        if not acts:
+            raise ValueError("--actions is empty; give the action symbols, e.g. ABCD")
+        bad = [a for a in acts if a.isspace() or not a.isprintable()]
+        if bad:
+            raise ValueError(f"--actions must be printable non-space characters; got {actions!r}")
+        if len(set(acts)) != len(acts):
+            raise ValueError(f"--actions has repeated symbols: {actions!r}; each action must be one distinct character")
+        if len(acts) < 2:
+            raise ValueError("--actions needs at least 2 symbols")
+        if horizon is None or horizon < 1:
+            raise ValueError(f"--horizon must be >= 1, got {horizon}")
+        if len(acts) ** horizon > MAX_SEQUENCES:
+            raise ValueError(
+                f"--actions/--horizon give {len(acts)}^{horizon} sequences, more than the {MAX_SEQUENCES} the exact "
+                "enumeration allows; use fewer actions or a shorter horizon"
+            )
+        seqs = _common.parse_list(rewarding, "--rewarding")
+        for s in seqs:
+            if len(s) != horizon or any(ch not in acts for ch in s):
+                raise ValueError(
+                    f"--rewarding: '{s}' is not {horizon} symbols from --actions {''.join(acts)}; "
+                    f"give comma-separated sequences like {''.join(acts[:horizon]) if len(acts) >= horizon else acts[0] * horizon}"
+                )
+        if len(seqs) == len(acts) ** horizon:
+            raise ValueError("--rewarding lists every sequence; leave at least one non-rewarding sequence")
+        return cls(acts, int(horizon), tuple(seqs))
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.actions) ** self.horizon
+
+    def sequences(self) -> list[str]:
+        """Every action sequence, in `itertools.product` order (the order of `sequence_log_probs`)."""
+        return ["".join(s) for s in itertools.product(self.actions, repeat=self.horizon)]
+
+
+# ------------------------------------------------------------------------------------------ policy
+def build_tree_tokenizer(task: TreeTask):
+    from ..toy import build_toy_tokenizer
+
+    return build_toy_tokenizer([PROMPT_TOKEN, *task.actions], level="word")
+
+
+def build_tree_policy(task: TreeTask, seed: int = 0, mask_head: bool = True, **model_kwargs):
+    """`(model, tokenizer)`: the toy Qwen2 over a vocabulary of special tokens, the prompt token and the actions.
+
+    With `mask_head` (the default) the output layer gets a frozen bias of `MASK_LOGIT` on every non-action token,
+    so the model's own next-token distribution *is* the action distribution: the log-probs, entropies and top-N
+    candidates the trainers compute are those of the policy that generation samples from. Without it, only
+    generation is restricted (`suppress_tokens`) while the trainers see the full vocabulary, and an entropy bonus
+    (or any push-down) can park probability on never-sampled tokens (see docs/what_it_shows.md).
+    """
+    from ..toy import build_toy_model
+
+    tok = build_tree_tokenizer(task)
+    kwargs = {**DEFAULT_MODEL, **model_kwargs}
+    model = build_toy_model(tok, seed=seed, **kwargs)
+    if mask_head:
+        mask_output_head(model, action_token_ids(tok, task))
+    return model, tok
+
+
+#: Bias of non-action logits in the masked head: exp(-1e4) is exactly 0 in float32, and 0 * -1e4 stays finite.
+MASK_LOGIT = -1e4
+
+
+def mask_output_head(model, allowed_ids: Sequence[int], value: float = MASK_LOGIT) -> None:
+    """Give `model.lm_head` a frozen bias: 0 on `allowed_ids`, `value` elsewhere (TRL's fused head and this
+    package's `ops.lm_head` read `lm_head.bias`)."""
+    import torch
+
+    head = model.get_output_embeddings()
+    new = torch.nn.Linear(head.in_features, head.out_features, bias=True, dtype=head.weight.dtype)
+    with torch.no_grad():
+        new.weight.copy_(head.weight)
+        new.bias.fill_(value)
+        new.bias[list(allowed_ids)] = 0.0
+    new.bias.requires_grad_(False)
+    model.set_output_embeddings(new)
+
+
+def action_token_ids(tokenizer, task: TreeTask) -> list[int]:
+    ids = [tokenizer.convert_tokens_to_ids(a) for a in task.actions]
+    if tokenizer.unk_token_id in ids or len(set(ids)) != len(ids):
+        raise ValueError(f"the tokenizer does not have one token per action {task.actions}")
+    return ids
+
+
+def tree_generation_kwargs(tokenizer, task: TreeTask) -> dict[str, Any]:
+    """Extra `generate` kwargs (TRL's `generation_kwargs`) so a completion is exactly `horizon` action tokens."""
+    actions = set(action_token_ids(tokenizer, task))
+    suppress = [i for i in range(len(tokenizer)) if i not in actions]
+    return {"min_new_tokens": task.horizon, "suppress_tokens": suppress}
+
+
+def sequence_log_probs(model, tokenizer, task: TreeTask, temperature: float = 1.0, prompt: str = PROMPT,
+                       batch_size: int = 4096):
+    """Exact log-probability (float64, shape `(|A|^H,)`, `task.sequences()` order) of every action sequence under
+    the distribution generation samples from: at each step `softmax(logits[action tokens] / temperature)`.
+
+    One teacher-forced forward pass per chunk of sequences; the logits at prompt position `P-1+t` give step `t`.
+    """
+    import torch
+
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for an exact distribution, got {temperature}")
+    action_ids = torch.tensor(action_token_ids(tokenizer, task))
+    prompt_ids = torch.tensor(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    p, h = prompt_ids.numel(), task.horizon
+    index = torch.tensor(list(itertools.product(range(len(task.actions)), repeat=h)), dtype=torch.long).view(-1, h)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        with torch.no_grad():
+            for s in range(0, index.size(0), batch_size):
+                idx = index[s : s + batch_size]
+                ids = torch.cat([prompt_ids.expand(idx.size(0), p), action_ids[idx]], dim=1).to(device)
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+                step_logits = logits[:, p - 1 : p - 1 + h][:, :, action_ids.to(device)].double() / temperature
+                logps = torch.log_softmax(step_logits, dim=-1)
+                out.append(logps.gather(-1, idx.to(device).unsqueeze(-1)).squeeze(-1).sum(-1).cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
+
+
+def distribution_metrics(task: TreeTask, probs: Sequence[float], threshold: float = MODE_THRESHOLD) -> dict[str, Any]:
+    """Accuracy (mass on rewarding sequences), modes covered (rewarding sequences with >= `threshold` mass),
+    entropy of the sequence distribution (nats), and the mass of every rewarding sequence."""
+    seqs = task.sequences()
+    probs = [float(x) for x in probs]
+    if len(probs) != len(seqs):
+        raise ValueError(f"{len(probs)} probabilities for {len(seqs)} sequences")
+    by_seq = dict(zip(seqs, probs))
+    mass = {s: by_seq[s] for s in task.rewarding}
+    accuracy = sum(mass.values())
+    entropy = -sum(q * math.log(q) for q in probs if q > 0)
+    top = max(range(len(seqs)), key=lambda i: probs[i])
+    wrong_top = max((s for s in seqs if s not in mass), key=lambda s: by_seq[s])
+    return {
+        "accuracy": accuracy,
+        "modes_covered": sum(1 for v in mass.values() if v >= threshold),
+        "entropy": entropy,
+        "entropy_max": math.log(len(seqs)),
+        "mass": mass,
+        "non_rewarding_mass": 1.0 - accuracy,
+        "top_sequence": seqs[top],
+        "top_mass": probs[top],
+        "top_non_rewarding": {"sequence": wrong_top, "mass": by_seq[wrong_top]},
+        "total_mass": sum(probs),
+    }
+
+
+def exact_metrics(model, tokenizer, task: TreeTask, temperature: float = 1.0) -> dict[str, Any]:
+    return distribution_metrics(task, sequence_log_probs(model, tokenizer, task, temperature).exp().tolist())
+
+
+# ------------------------------------------------------------------------------------------ training
+class _RewardCounter:
+    """The tree reward (1 for a rewarding sequence) that also counts completions that are not H actions."""
+
+    def __init__(self, task: TreeTask, tokenizer):
+        self.task = task
+        self.id_to_action = dict(zip(action_token_ids(tokenizer, task), task.actions))
+        self.rewarding = set(task.rewarding)
+        self.total = 0
+        self.invalid = 0
+        self.__name__ = "tree_reward"
+
+    def __call__(self, completions, completion_ids=None, **kwargs):
+        out = []
+        for ids in completion_ids:
+            ids = list(ids)
+            self.total += 1
+            if len(ids) != self.task.horizon or any(i not in self.id_to_action for i in ids):
+                self.invalid += 1
+                out.append(0.0)
+                continue
+            out.append(1.0 if "".join(self.id_to_action[i] for i in ids) in self.rewarding else 0.0)
+        return out
+
+
+def _trace_callback(task, tokenizer, every: int, trace: list, temperature: float):
+    from transformers import TrainerCallback
+
+    class ExactTrace(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if every > 0 and model is not None and (state.global_step % every == 0 or state.global_step == state.max_steps):
+                m = exact_metrics(model, tokenizer, task, temperature)
+                trace.append({"step": state.global_step, "accuracy": m["accuracy"], "modes_covered": m["modes_covered"],
+                              "entropy": m["entropy"], "mass": m["mass"]})
+
+    return ExactTrace()
+
+
+#: Logged training metrics kept in tree.json (means over the run's log entries).
+_KEPT_METRICS = ("reward", "entropy", "casp/forking_frac", "casp/top1_penalty_frac", "kl_cov/selected_tokens",
+                 "progrpo/adjustment_abs_mean", "dsgrpo/bonus_mean", "dsgrpo/penalty_mean", "frac_reward_zero_std")
+
+
+def _summarise_logs(history: list[dict]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in _KEPT_METRICS:
+        vals = [h[key] for h in history if key in h and isinstance(h[key], (int, float)) and math.isfinite(h[key])]
+        if vals:
+            out[key] = {"mean": sum(vals) / len(vals), "last": vals[-1]}
+    return out
+
+
+def train_one(task: TreeTask, method: str, seed: int, steps: int, output_dir: str | Path,
+              overrides: dict[str, Any] | None = None, num_generations: int = DEFAULT_NUM_GENERATIONS,
+              learning_rate: float = DEFAULT_LEARNING_RATE, model_kwargs: dict | None = None,
+              trace_every: int = 0, mask_head: bool = True) -> dict[str, Any]:
+    """Train one method from the seed's toy initialisation and return its exact end-of-training metrics."""
+    from datasets import Dataset
+
+    restore = _common.quiet_training_logs()
+    try:
+        model, tok = build_tree_policy(task, seed=seed, mask_head=mask_head, **(model_kwargs or {}))
+        method_overrides = {**TREE_METHOD_DEFAULTS.get(method, {}), **(overrides or {})}
+        trainer_cls, cfg_overrides = _common.resolve_method(method, method_overrides)
+        kwargs = _common.common_config_kwargs(
+            Path(output_dir) / f"{method}_seed{seed}", seed, steps,
+            per_device_train_batch_size=num_generations,
+            num_generations=num_generations,
+            max_completion_length=task.horizon,
+            learning_rate=learning_rate,
+            generation_kwargs=tree_generation_kwargs(tok, task),
+        )
+        kwargs.update(cfg_overrides)
+        try:
+            args = trainer_cls.config_class(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"method '{method}': {str(e).splitlines()[0]}") from None
+        temperature = float(args.temperature)
+        init = exact_metrics(model, tok, task, temperature)
+        reward = _RewardCounter(task, tok)
+        trace: list[dict] = []
+        spg = args.steps_per_generation or 1
+        rows = max(64, steps * spg * max(1, args.per_device_train_batch_size // num_generations) + 16)
+        dataset = Dataset.from_dict({"prompt": [PROMPT] * rows})
+        cpu0 = _common.cpu_seconds()
+        with _common.Timer() as t:
+            trainer = trainer_cls(model=model, processing_class=tok, reward_funcs=reward, args=args,
+                                  train_dataset=dataset,
+                                  callbacks=[_trace_callback(task, tok, trace_every, trace, temperature)])
+            _common.drop_printer(trainer)
+            trainer.train()
+        final = exact_metrics(trainer.model, tok, task, temperature)
+        history = list(trainer.state.log_history)
+        del trainer
+        return {
+            "method": method,
+            "seed": seed,
+            "steps": steps,
+            "seconds": t.seconds,
+            "cpu_seconds": _common.cpu_seconds() - cpu0,
+            "config": dict(cfg_overrides),
+            "temperature": temperature,
+            "invalid_completions": reward.invalid,
+            "sampled_completions": reward.total,
+            "init": init,
+            "final": final,
+            "train_metrics": _summarise_logs(history),
+            "trace": trace,
+        }
+    finally:
+        restore()
+
+
+# ------------------------------------------------------------------------------------------ the experiment
+def summarise(task: TreeTask, runs: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per method: mean and std over seeds of accuracy, modes covered, entropy and each rewarding sequence's mass."""
+    out: dict[str, dict[str, Any]] = {}
+    for method in dict.fromkeys(r["method"] for r in runs):
+        rs = [r["final"] for r in runs if r["method"] == method]
+        entry: dict[str, Any] = {"num_seeds": len(rs)}
+        for key in ("accuracy", "modes_covered", "entropy", "top_mass"):
+            m, s = _common.mean_std([x[key] for x in rs])
+            entry[key] = {"mean": m, "std": s, "per_seed": [x[key] for x in rs]}
+        entry["mass"] = {}
+        for seq in task.rewarding:
+            m, s = _common.mean_std([x["mass"][seq] for x in rs])
+            entry["mass"][seq] = {"mean": m, "std": s}
+        entry["seconds"] = sum(r["seconds"] for r in runs if r["method"] == method)
+        out[method] = entry
+    return out
+
+
+def format_table(task: TreeTask, summary: dict[str, dict[str, Any]], init: dict[str, Any] | None = None) -> str:
+    """Markdown table: one row per method (mean ± std over seeds), masses in percent."""
+    header = ["method", "accuracy", "modes (>=1%)", "entropy (nats)", *task.rewarding]
+    rows = []
+    if init is not None:
+        rows.append(["(initial policy)", _common.fmt_pm(init["accuracy"]), _common.fmt_pm(init["modes_covered"], 2),
+                     _common.fmt_pm(init["entropy"], 2),
+                     *[_common.fmt_pm(init["mass"][s], 1, 100) for s in task.rewarding]])
+    for method, e in summary.items():
+        per = lambda key: e[key]["per_seed"]  # noqa: E731
+        rows.append([method, _common.fmt_pm(per("accuracy")), _common.fmt_pm(per("modes_covered"), 2),
+                     _common.fmt_pm(per("entropy"), 2),
+                     *[_fmt_mass(e["mass"][s], e["num_seeds"]) for s in task.rewarding]])
+    return _common.markdown_table(header, rows)
+
+
+def _fmt_mass(m: dict, n: int) -> str:
+    return f"{100 * m['mean']:.1f} ± {100 * m['std']:.1f}" if n > 1 else f"{100 * m['mean']:.1f}"
+
+
+def _init_stats(runs: list[dict]) -> dict[str, Any]:
+    inits = [r["init"] for r in runs]
+    seen, uniq = set(), []
+    for r in runs:  # one initial policy per seed (every method of a seed starts from it)
+        if r["seed"] not in seen:
+            seen.add(r["seed"])
+            uniq.append(r["init"])
+    inits = uniq or inits
+    return {
+        "accuracy": [x["accuracy"] for x in inits],
+        "modes_covered": [x["modes_covered"] for x in inits],
+        "entropy": [x["entropy"] for x in inits],
+        "mass": {s: [x["mass"][s] for x in inits] for s in inits[0]["mass"]},
+    }
+
+
+def plot_tree(task: TreeTask, runs: list[dict], out_png: str | Path, title: str | None = None) -> Path:
+    """One panel per method: final mass of every rewarding sequence plus the non-rewarding total (mean over seeds
+    as bars, each seed as a dot), as CaSP Fig. 5(b-d)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    labels = list(task.rewarding) + ["other"]
+    ncols = min(3, len(methods))
+    nrows = math.ceil(len(methods) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols, 3.0 * nrows), squeeze=False, sharey=True)
+    colors = ["tab:green"] * len(task.rewarding) + ["tab:red"]
+    try:
+        for ax, method in zip(axes.flat, methods):
+            rs = [r["final"] for r in runs if r["method"] == method]
+            vals = [[x["mass"][s] for s in task.rewarding] + [x["non_rewarding_mass"]] for x in rs]
+            means = [sum(v[i] for v in vals) / len(vals) for i in range(len(labels))]
+            xs = range(len(labels))
+            ax.bar(xs, means, color=colors, alpha=0.75)
+            for v in vals:
+                ax.scatter(xs, v, color="black", s=8, zorder=3)
+            acc = _common.mean_std([x["accuracy"] for x in rs])[0]
+            modes = _common.mean_std([x["modes_covered"] for x in rs])[0]
+            ax.set_title(f"{method}: acc {acc:.2f}, modes {modes:.1f}", fontsize=10)
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels(labels, rotation=45, fontsize=8)
+            ax.set_ylim(0, 1)
+            ax.axhline(MODE_THRESHOLD, color="grey", linewidth=0.6, linestyle=":")
+            ax.grid(True, axis="y", alpha=0.3)
+        for ax in axes.flat[len(methods):]:
+            ax.axis("off")
+        for row in axes:
+            row[0].set_ylabel("probability mass")
+        fig.suptitle(title or f"Tree (|A|={len(task.actions)}, H={task.horizon}): final sequence mass "
+                     f"(bars: mean over seeds, dots: seeds)", fontsize=10)
+        fig.tight_layout()
+        out = Path(out_png)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=120)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def run_tree(task: TreeTask, methods: Sequence[str], seeds: Sequence[int], steps: int, output: str | Path,
+             overrides: dict[str, dict[str, Any]] | None = None, num_generations: int = DEFAULT_NUM_GENERATIONS,
+             learning_rate: float = DEFAULT_LEARNING_RATE, model_kwargs: dict | None = None, trace_every: int = 0,
+             plot: bool = True, workers: int = 1, threads: int | None = 1, log=print) -> dict[str, Any]:
+    """Train every (method, seed), write `output/tree.json` (+ `tree.png`), return the JSON content."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    jobs = [(task, method, seed, steps, output / "runs", (overrides or {}).get(method), num_generations,
+             learning_rate, model_kwargs, trace_every) for method in methods for seed in seeds]
+
+    def report(r):
+        f = r["final"]
+        log(f"[tree] {r['method']:>14s} seed {r['seed']}: accuracy {f['accuracy']:.3f}, modes {f['modes_covered']}, "
+            f"entropy {f['entropy']:.2f} ({r['seconds']:.1f}s)")
+
+    with _common.Timer() as total:
+        runs = _common.run_jobs(train_one, jobs, workers=workers, threads=threads, on_result=report)
+    summary = summarise(task, runs)
+    result = {
+        "experiment": "tree",
+        "task": {"actions": "".join(task.actions), "horizon": task.horizon, "rewarding": list(task.rewarding),
+                 "num_sequences": task.num_sequences, "mode_threshold": MODE_THRESHOLD, "prompt": PROMPT},
+        "settings": {"methods": list(methods), "seeds": list(seeds), "steps": steps,
+                     "num_generations": num_generations, "per_device_train_batch_size": num_generations,
+                     "learning_rate": learning_rate, "model": {**DEFAULT_MODEL, **(model_kwargs or {})},
+                     "overrides": {m: (overrides or {}).get(m, {}) for m in methods},
+                     "tree_method_defaults": {m: TREE_METHOD_DEFAULTS.get(m, {}) for m in methods}},
+        "summary": summary,
+        "runs": runs,
+        "seconds_total": total.seconds,
+        "workers": workers,
+        "threads_per_worker": threads,
+        "environment": _common.environment(),
+    }
+    init = _init_stats(runs)
+    result["table"] = format_table(task, summary, init)
+    _common.write_json(output / "tree.json", result)
+    if plot:
+        result["plot"] = str(plot_tree(task, runs, output / "tree.png"))
+        _common.write_json(output / "tree.json", result)
+    return result
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "tree", help="CaSP's multi-mode tree (Sec. 4.3 / Fig. 5) with the real trainers on the toy LM.",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("--actions", default=DEFAULT_ACTIONS, help="Action symbols, one character each (default %(default)s).")
+    p.add_argument("--horizon", type=int, default=DEFAULT_HORIZON, help="Actions per sequence (default %(default)s).")
+    p.add_argument("--rewarding", default=DEFAULT_REWARDING, help="Comma-separated rewarding sequences (default %(default)s).")
+    p.add_argument("--methods", default=DEFAULT_METHODS,
+                   help="Comma-separated methods: grpo, grpo_entropy (GRPO + TRL entropy_coef), progrpo, dsgrpo, casp, "
+                        "kl_cov, clip_cov, or compositions like progrpo+casp (default %(default)s).")
+    p.add_argument("--seeds", default=DEFAULT_SEEDS, help="Comma-separated seeds (default %(default)s).")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="Optimizer steps per run (default %(default)s).")
+    p.add_argument("--num-generations", type=int, default=DEFAULT_NUM_GENERATIONS,
+                   help="Completions per step, one group (default %(default)s).")
+    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="Adam step size (default %(default)s).")
+    p.add_argument("--trace-every", type=int, default=0,
+                   help="Also record the exact accuracy/modes/entropy every N steps (0: off).")
+    p.add_argument("--config", default=None,
+                   help="YAML mapping method -> {config field: value} (and optional `all:`) overriding hyperparameters.")
+    p.add_argument("--output", default="runs/tree", help="Output folder for tree.json and tree.png (default %(default)s).")
+    p.add_argument("--no-plot", action="store_true", help="Skip tree.png.")
+    p.add_argument("--workers", type=int, default=2,
+                   help="Runs trained in parallel processes (default %(default)s, one per core of a 2-core machine).")
+    p.add_argument("--threads", type=int, default=1, help="Torch threads per process (default %(default)s).")
+    p.set_defaults(func=main_from_args)
+
+
+def main_from_args(args) -> int:
+    task = TreeTask.from_flags(args.actions, args.horizon, args.rewarding)
+    methods = [_common.validate_method(m) for m in _common.parse_list(args.methods, "--methods")]
+    seeds = _common.parse_int_list(args.seeds, "--seeds")
+    _common.check_positive(args.steps, "--steps")
+    _common.check_positive(args.num_generations, "--num-generations", 2)
+    if not args.learning_rate > 0:
+        raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}")
+    if args.trace_every < 0:
+        raise ValueError(f"--trace-every must be >= 0, got {args.trace_every}")
+    _common.check_positive(args.workers, "--workers")
+    _common.check_positive(args.threads, "--threads")
+    overrides = _common.load_overrides(args.config, methods)
+    result = run_tree(task, methods, seeds, args.steps, args.output, overrides, args.num_generations,
+                      args.learning_rate, trace_every=args.trace_every, plot=not args.no_plot,
+                      workers=args.workers, threads=args.threads)
+    print()
+    print(f"Tree: actions {''.join(task.actions)}, horizon {task.horizon}, {len(task.rewarding)} rewarding of "
+          f"{task.num_sequences} sequences; {args.steps} steps x {args.num_generations} completions; "
+          f"mean ± std over seeds {','.join(map(str, seeds))}; masses in %")
+    print(result["table"])
+    print(f"\nwrote {Path(args.output) / 'tree.json'}" + (f" and {result['plot']}" if result.get("plot") else "")
+          + f" in {result['seconds_total']:.0f}s")
+    return 0
