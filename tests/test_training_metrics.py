@@ -1,0 +1,74 @@
+"""Exploration and per-method metrics reach TRL's log (and so wandb/trackio/tensorboard via `report_to`)."""
+
+import math
+
+import pytest
+
+import exploration_trl as et
+from helpers import distinct_char_reward, toy_checkpoint, train
+
+EXPLORATION_KEYS = [
+    "exploration/entropy_correct", "exploration/entropy_wrong", "exploration/lambda_1", "exploration/lambda_2",
+    "exploration/lambda_3", "exploration/lambda_sample", "exploration/branching_factor",
+    "exploration/unique_completions_per_group", "exploration/pass_at_G", "rewards/distinct_char_reward/failures",
+]
+METHOD_KEYS = {
+    "progrpo": ["progrpo/confidence_mean", "progrpo/prompt_confidence_mean", "progrpo/adjustment_abs_mean"],
+    "dsgrpo": ["dsgrpo/bonus_mean", "dsgrpo/penalty_mean"],
+    "casp": ["casp/forking_frac", "casp/top1_penalty_frac"],
+    "kl_cov": ["kl_cov/selected_tokens", "kl_cov/cov_threshold"],
+    "clip_cov": ["clip_cov/selected_tokens", "clip_cov/cov_threshold"],
+}
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt")
+
+
+def first_log(trainer):
+    return next(h for h in trainer.state.log_history if "loss" in h)
+
+
+def test_exploration_metrics_logged_with_sane_values(ckpt, tmp_path):
+    cls = et.get_trainer_class("grpo")
+    # correct = reward > 0.5 splits the batch into correct and wrong completions.
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=distinct_char_reward, max_steps=1,
+                    correct_reward_threshold=0.5)
+    log = first_log(trainer)
+    for key in EXPLORATION_KEYS:
+        assert key in log, key
+    assert log["rewards/distinct_char_reward/failures"] == 0
+    assert 0.0 <= log["exploration/pass_at_G"] <= 1.0
+    assert 1.0 <= log["exploration/unique_completions_per_group"] <= 4.0
+    vocab = trainer.model.config.vocab_size
+    assert 1.0 <= log["exploration/branching_factor"] <= vocab
+    assert 0 >= log["exploration/lambda_1"] >= log["exploration/lambda_2"] >= log["exploration/lambda_3"]
+    assert log["exploration/lambda_sample"] <= log["exploration/lambda_1"]
+    # The entropy split is token-weighted; TRL's own `entropy` is their weighted mean, so it lies between them.
+    lo, hi = sorted(v for v in (log["exploration/entropy_correct"], log["exploration/entropy_wrong"]) if v is not None)
+    assert lo - 1e-4 <= log["entropy"] <= hi + 1e-4
+    assert all(math.isfinite(log[k]) for k in EXPLORATION_KEYS if log[k] is not None)
+
+
+def test_exploration_metrics_switch_off(ckpt, tmp_path):
+    cls = et.get_trainer_class("grpo")
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=distinct_char_reward, max_steps=1,
+                    exploration_metrics=False)
+    log = first_log(trainer)
+    assert not [k for k in log if k.startswith("exploration/")]
+
+
+@pytest.mark.parametrize("method", list(METHOD_KEYS))
+def test_method_metrics_logged(ckpt, tmp_path, method):
+    cls = et.get_trainer_class(method)
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=distinct_char_reward, max_steps=1,
+                    correct_reward_threshold=0.5, steps_per_generation=1)
+    log = first_log(trainer)
+    for key in METHOD_KEYS[method]:
+        assert key in log, key
+    if method == "casp":
+        assert 0.0 < log["casp/forking_frac"] < 0.5  # top 20% entropy per response, strict
+    if method == "dsgrpo":
+        # Correct rows get A - gamma_p*lbar with lbar < 0 (a bonus > 0); wrong rows A + gamma_n*lbar (< 0).
+        assert log["dsgrpo/bonus_mean"] > 0 and log["dsgrpo/penalty_mean"] < 0
