@@ -242,10 +242,6 @@ def test_loss_never_reads_vllm_logprobs(ckpt, tmp_path, method):
     assert torch.equal(loss_a, loss_c)
 
 
-def _policy_only(method):
-    return method != "kl_cov"
-
-
 @pytest.mark.parametrize("shape", ["token", "sequence"])
 @pytest.mark.parametrize("method", METHODS)
 def test_importance_ratio_multiplies_modified_loss(ckpt, tmp_path, method, shape):
@@ -258,16 +254,13 @@ def test_importance_ratio_multiplies_modified_loss(ckpt, tmp_path, method, shape
     loss2, grads2 = loss_and_grads(trainer, dict(inputs, importance_sampling_ratio=2 * ones))
     loss0, grads0 = loss_and_grads(trainer, dict(inputs, importance_sampling_ratio=0 * ones))
     assert loss1.abs() > 0
-    # loss(r) = r * policy + unweighted extra terms; extra = loss(0).
+    # Every per-token term, KL-Cov's penalty included, is weighted by the ratio: loss(0) == 0.
     torch.testing.assert_close(loss2 - loss0, 2 * (loss1 - loss0), rtol=1e-5, atol=1e-7)
     for name in grads1:
         scale = grads1[name].abs().max().item() + grads0[name].abs().max().item()
         torch.testing.assert_close(grads2[name] - grads0[name], 2 * (grads1[name] - grads0[name]),
                                    rtol=1e-4, atol=1e-5 * scale + 1e-9)
-    if _policy_only(method):
-        assert loss0 == 0  # nothing escapes the ratio
-    else:
-        assert loss0 > 0  # KL-Cov's penalty is active (and, like TRL's beta-KL term, not importance-weighted)
+    assert loss0 == 0  # nothing escapes the ratio
 
 
 def test_importance_ratio_is_token_local(ckpt, tmp_path):
@@ -298,10 +291,8 @@ def test_importance_ratio_is_token_local(ckpt, tmp_path):
     assert not torch.allclose(casp_grads["lm_head.weight"], grpo_grads["lm_head.weight"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KL-Cov's |logp - old| penalty is added after TRL's importance weighting (like TRL's own beta-KL term); "
-    "verl's kl_cov loss multiplies it by the rollout IS weights as well. Remove this marker once decided."))
 def test_kl_cov_penalty_is_importance_weighted(ckpt, tmp_path):
+    """KL-Cov's |logp - old| penalty is weighted by vLLM's importance ratio, as verl's kl_cov loss is."""
     trainer = make_trainer(ckpt, tmp_path, "kl_cov")
     inputs = loss_inputs(trainer)
     b, t = inputs["completion_mask"].shape

@@ -430,6 +430,10 @@ class ExplorationGRPOTrainer(GRPOTrainer):
                 del inputs["old_per_token_logps"]
         if capture is not None and capture.done:
             extra = self._extra_per_token_loss(inputs, capture, self._loss_state)
+            if extra is not None and "importance_sampling_ratio" in inputs and self.loss_type != "vespo":
+                # Weighted by vLLM's importance-sampling ratio like TRL weights its policy term (and as verl's
+                # kl_cov weights its whole per-token loss), so the extra term stays an expectation under pi_old.
+                extra = extra * inputs["importance_sampling_ratio"]
             if extra is not None:
                 loss = loss + self._aggregate_per_token(extra, self._loss_mask(inputs), inputs)
             if self.args.exploration_metrics:
