@@ -22,7 +22,7 @@ from pathlib import Path
 METHODS = ["trl", "grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov"]
 
 
-def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: str) -> dict:
+def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: str, threads: int = 2) -> dict:
     """One training run in this process; returns median step time and the peak RSS growth during training."""
     import psutil
     import torch
@@ -31,7 +31,7 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: s
 
     import exploration_trl as et
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     if method == "trl":
         trainer_cls, config_cls = GRPOTrainer, GRPOConfig
     else:
@@ -76,13 +76,15 @@ def main():
     parser.add_argument("--completion-length", type=int, default=64)
     parser.add_argument("--vocab-size", type=int, default=32768)
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per trial")
     parser.add_argument("--output", default="benchmarks/overhead.json")
     parser.add_argument("--trial", nargs=2, metavar=("METHOD", "CKPT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.trial:  # child process: one measurement, printed as JSON
         with tempfile.TemporaryDirectory() as out:
-            print("RESULT " + json.dumps(run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, out)))
+            print("RESULT " + json.dumps(run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, out,
+                                                     args.threads)))
         return
 
     from exploration_trl.toy import make_toy_checkpoint
@@ -95,7 +97,7 @@ def main():
             order = methods[r % len(methods):] + methods[: r % len(methods)]  # rotate the start each round
             for m in order:
                 cmd = [sys.executable, __file__, "--trial", m, ckpt, "--steps", str(args.steps),
-                       "--completion-length", str(args.completion_length)]
+                       "--completion-length", str(args.completion_length), "--threads", str(args.threads)]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
@@ -119,7 +121,7 @@ def main():
               f"{row.get('memory_ratio', 1):7.3f}")
     meta = {"workload": {"vocab_size": args.vocab_size, "completion_length": args.completion_length,
                          "num_generations": 8, "per_device_train_batch_size": 8, "steps": args.steps,
-                         "rounds": args.rounds, "device": "cpu"}, "methods": table, "raw": results}
+                         "rounds": args.rounds, "threads": args.threads, "device": "cpu"}, "methods": table, "raw": results}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(meta, indent=2))
     print(f"wrote {args.output}")

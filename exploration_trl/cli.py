@@ -215,6 +215,9 @@ def train_main(argv: list[str]) -> int:
         model = _toy_model(training_args, script_args)
     elif model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    # `push_to_hub: true` pushes once, at the end, with our model card (`exploration_trl.hub`); the HF Trainer's own
+    # push (which creates the repo at start-up and pushes on every save) is switched off.
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
@@ -226,7 +229,7 @@ def train_main(argv: list[str]) -> int:
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         _write_card(trainer, script_args, model_args, model)
-    if training_args.push_to_hub:
+    if push_to_hub and trainer.accelerator.is_main_process:
         from .hub import push_output_dir
 
         push_output_dir(training_args.output_dir, training_args.hub_model_id)

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -116,9 +117,10 @@ def test_local_jsonl_with_prompt_column_trains(tmp_path):
 def test_demo_config_as_a_console_script(tmp_path):
     """The README's demo path: the console script on the shipped demo YAML writes a model and its card."""
     out = tmp_path / "demo"
+    script = Path(sys.executable).with_name("exploration-trl")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "exploration_trl.cli"]
     proc = subprocess.run(
-        [sys.executable, "-m", "exploration_trl.cli", "train", "--config", "configs/demo_toy_countdown.yaml",
-         "--output_dir", str(out), "--max_steps", "2"],
+        command + ["train", "--config", "configs/demo_toy_countdown.yaml", "--output_dir", str(out), "--max_steps", "2"],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -137,3 +139,13 @@ def test_composed_method_saves_and_reloads_training_args(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert proc.stdout.split() == ["ProGRPOCaSPConfig", "3", "0.3"], proc.stderr[-1500:]
+
+
+def test_push_to_hub_without_token_fails_in_one_line_after_saving(tmp_path, capsys, monkeypatch):
+    """`push_to_hub: true` offline: the model is trained and saved, then one clear error line (nothing lost)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, push_to_hub=True, hub_model_id="me/toy")])
+    assert msg.startswith("error: cannot push to the Hub: no token found")
+    assert (tmp_path / "out" / "model.safetensors").exists() and (tmp_path / "out" / "README.md").exists()
