@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-#: Rows projected at once. 256 rows x 152k vocab x 4 bytes is ~150 MB, the largest buffer these ops hold.
-DEFAULT_CHUNK_ROWS = 256
+#: Rows projected at once: 64 rows x 152k vocab x 4 bytes is ~40 MB per buffer (TRL 1.16 tiles 4096 x 32768).
+DEFAULT_CHUNK_ROWS = 64
 
 
 def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
