@@ -527,9 +527,10 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             targets = inputs["completion_ids"][rows, cols]
             _, head = self._lm_head(self.model)
             with maybe_gather_lm_head_ctx(head.weight, head.bias):
+                # Small row chunks: the top-p support may sort whole vocabulary rows (values and int64 indices).
                 s = token_statistics(
                     hidden, head.weight, head.bias, targets, temperature=self.temperature, top_n=3,
-                    top_p=self.args.exploration_metrics_top_p,
+                    top_p=self.args.exploration_metrics_top_p, chunk_rows=16,
                 )
             for n in range(3):
                 stats[f"exploration/lambda_{n + 1}"] = (s["topn_logps"][:, n].sum().item(), float(k))
