@@ -21,6 +21,11 @@ SPECIAL_TOKENS = [PAD, EOS, BOS, UNK, IM_START, IM_END]
 #: Characters every char-level toy tokenizer knows, so chat roles and plain English prompts encode.
 DEFAULT_ALPHABET = string.ascii_letters + string.digits + " \n.,:;!?+-*/=()[]{}<>#$\\^_'\"%&|@~`"
 
+#: Qwen2's pre-tokenizer split (as `Qwen2Tokenizer` applies it); the toy uses the same so a reload is identical.
+QWEN2_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 #: ChatML, as Qwen2 uses, so conversational datasets render the same way they would with Qwen.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -30,16 +35,26 @@ CHAT_TEMPLATE = (
 )
 
 
-def _symbols(alphabet: str | Sequence[str], level: str) -> list[str]:
-    if level == "char":
-        symbols = list(dict.fromkeys(DEFAULT_ALPHABET + "".join(alphabet)))
-    elif level == "word":
-        if isinstance(alphabet, str):
-            alphabet = alphabet.split()
-        symbols = list(dict.fromkeys(alphabet))
-    else:
-        raise ValueError(f"level must be 'char' or 'word', got {level!r}")
-    return symbols
+def _byte_symbols(text: str) -> list[str]:
+    """The byte-level (GPT-2 / Qwen2) symbols of `text`'s UTF-8 bytes, e.g. ' ' -> 'Ġ', '\\n' -> 'Ċ'."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    table = ByteLevel.alphabet()  # the 256 printable stand-ins, in no particular order
+    byte_to_symbol = _byte_table(frozenset(table))
+    return [byte_to_symbol[b] for b in text.encode("utf-8")]
+
+
+def _byte_table(_alphabet) -> dict[int, str]:
+    # The standard GPT-2 bytes-to-unicode map: printable bytes stand for themselves, the rest are shifted past 255.
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    table, shift = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + shift)
+            shift += 1
+    return table
 
 
 def build_toy_tokenizer(
@@ -50,31 +65,53 @@ def build_toy_tokenizer(
 ):
     """Build a `PreTrainedTokenizerFast` for `alphabet` with the `tokenizers` library.
 
-    `level="char"`: every character is a token (`alphabet` adds to `DEFAULT_ALPHABET`).
+    `level="char"`: every character of `DEFAULT_ALPHABET + alphabet` is a token (one per UTF-8 byte).
     `level="word"`: `alphabet` is a list (or whitespace-separated string) of words, split on whitespace.
     `vocab_size` pads the vocabulary with unused tokens, e.g. 32k to mimic a real LM head's cost.
+
+    Both are byte-level BPE tokenizers like Qwen2's (words are built by merges), because `AutoTokenizer` loads a
+    saved checkpoint with a `qwen2` config as `Qwen2Tokenizer`, which re-applies Qwen2's byte-level
+    pre-tokenizer to `tokenizer.json`; anything else would lose spaces and newlines on reload.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    symbols = _symbols(alphabet, level)
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for sym in symbols:
-        vocab.setdefault(sym, len(vocab))
+    merges: list[tuple[str, str]] = []
+    if level == "char":
+        for ch in dict.fromkeys(DEFAULT_ALPHABET + "".join(alphabet)):
+            for sym in _byte_symbols(ch):
+                vocab.setdefault(sym, len(vocab))
+    elif level == "word":
+        words = alphabet.split() if isinstance(alphabet, str) else list(alphabet)
+        vocab.setdefault(_byte_symbols(" ")[0], len(vocab))
+        import regex  # \p{L} classes; a transformers dependency
+
+        split = regex.compile(QWEN2_SPLIT_PATTERN)
+        for word in dict.fromkeys(words):
+            # Each piece Qwen2's split makes of the word becomes one token, built by left-to-right merges.
+            for piece in split.findall(word):
+                symbols = _byte_symbols(piece)
+                for sym in symbols:
+                    vocab.setdefault(sym, len(vocab))
+                for i in range(1, len(symbols)):
+                    left = "".join(symbols[:i])
+                    merges.append((left, symbols[i]))
+                    vocab.setdefault(left + symbols[i], len(vocab))
+    else:
+        raise ValueError(f"level must be 'char' or 'word', got {level!r}")
     if vocab_size is not None:
         if vocab_size < len(vocab):
             raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(vocab)} tokens the alphabet needs")
         for i in range(len(vocab), vocab_size):
             vocab[f"<extra_{i}>"] = i
 
-    if level == "char":
-        # BPE without merges splits text into single characters from the vocabulary.
-        model = models.BPE(vocab=vocab, merges=[], unk_token=UNK)
-        tok = Tokenizer(model)
-        tok.decoder = decoders.Fuse()
-    else:
-        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(dict.fromkeys(merges)), unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(SPECIAL_TOKENS)
 
     tokenizer = PreTrainedTokenizerFast(

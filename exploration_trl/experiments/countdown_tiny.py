@@ -53,11 +53,11 @@ class DataSettings:
 
 @dataclass
 class SFTSettings:
-    hidden_size: int = 128
-    num_hidden_layers: int = 4
+    hidden_size: int = 96
+    num_hidden_layers: int = 3
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    intermediate_size: int = 384
+    intermediate_size: int = 256
     steps: int = 3000
     batch_size: int = 64
     learning_rate: float = 2e-3
@@ -67,10 +67,10 @@ class SFTSettings:
 
 @dataclass
 class RLSettings:
-    steps: int = 150
+    steps: int = 200
     num_generations: int = 8
-    prompts_per_step: int = 4
-    learning_rate: float = 5e-5
+    prompts_per_step: int = 16
+    learning_rate: float = 1e-4
     max_completion_length: int = 20
     temperature: float = 1.0
 
@@ -99,8 +99,8 @@ def quick_settings(seed: int = 0) -> Settings:
         seed=seed,
         data=DataSettings(max_num=6, max_target=30, num_train=300, num_test=24, solutions_per_problem=3),
         sft=SFTSettings(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=128, steps=150, batch_size=32, learning_rate=3e-3, warmup_steps=10),
-        rl=RLSettings(steps=4, num_generations=4, prompts_per_step=2, learning_rate=5e-5, max_completion_length=16),
+                        intermediate_size=128, steps=300, batch_size=32, learning_rate=3e-3, warmup_steps=20),
+        rl=RLSettings(steps=4, num_generations=4, prompts_per_step=2, learning_rate=5e-4, max_completion_length=16),
         eval=EvalSettings(n_samples=8, num_problems=24, batch_size=256),
     )
 
@@ -321,6 +321,24 @@ def warm_start(settings: Settings, train: list[dict], cache_dir: Path, log=print
     return path, train_sft(settings, train, path, log), False
 
 
+def load_checkpoint(path: Path):
+    """`(model, tokenizer)` of a warm-start checkpoint.
+
+    The tokenizer is rebuilt with `toy.build_toy_tokenizer` and checked against the saved vocabulary, so a cache
+    written by an older toy tokenizer (before it became byte-level and `AutoTokenizer`-safe) is refused.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from ..toy import build_toy_tokenizer
+
+    tok = build_toy_tokenizer("", level="char")
+    saved = json.loads((Path(path) / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    if saved != json.loads(tok.backend_tokenizer.to_str())["model"]["vocab"]:
+        raise ValueError(f"{path} was not trained with the toy char tokenizer; delete it from --cache-dir")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    return model, tok
+
+
 # ------------------------------------------------------------------------------------------ RL + eval
 def _countdown_reward():
     from ..rewards.countdown import countdown
@@ -332,11 +350,9 @@ def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict
              overrides: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
     """Train `method` from `checkpoint`; returns `(model, tokenizer, info)`."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     r = settings.rl
-    tok = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    model, tok = load_checkpoint(checkpoint)
     trainer_cls, cfg = _common.resolve_method(method, overrides)
     kwargs = _common.common_config_kwargs(
         out_dir, settings.seed, r.steps,
@@ -458,12 +474,10 @@ def run_countdown(methods: list[str], settings: Settings, output: Path, cache_di
             with _common.Timer() as t_sft:
                 ckpt, sft_info, reused = warm_start(settings, train, cache_dir, log)
             bench = heldout_benchmark(test, settings.eval.num_problems)
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
             runs: dict[str, dict] = {}
             with _common.Timer() as t_eval:
-                base = AutoModelForCausalLM.from_pretrained(ckpt).eval()
-                res = evaluate(base, AutoTokenizer.from_pretrained(ckpt), bench, settings, output / "eval" / "sft")
+                base, base_tok = load_checkpoint(ckpt)
+                res = evaluate(base.eval(), base_tok, bench, settings, output / "eval" / "sft")
             runs["sft"] = {"eval": res, "eval_seconds": t_eval.seconds}
             _log_eval(log, "sft", res)
             del base
@@ -550,10 +564,10 @@ def register(subparsers) -> None:
     p.add_argument("--output", default="runs/countdown_tiny", help="Output folder (default %(default)s).")
     p.add_argument("--quick", action="store_true", help="A few-minute smoke run (small data, model, RL and eval).")
     p.add_argument("--seed", type=int, default=0, help="Seed of the split, SFT, RL and sampling (default %(default)s).")
-    p.add_argument("--rl-steps", type=int, default=None, help="RL optimizer steps per method (default 150; quick 4).")
+    p.add_argument("--rl-steps", type=int, default=None, help="RL optimizer steps per method (default 200; quick 4).")
     p.add_argument("--n-samples", type=int, default=None, help="Samples per test problem (default 64; quick 8).")
     p.add_argument("--num-test", type=int, default=None, help="Test problems evaluated (default 200; quick 24).")
-    p.add_argument("--rl-learning-rate", type=float, default=None, help="RL step size (default 5e-5).")
+    p.add_argument("--rl-learning-rate", type=float, default=None, help="RL step size (Adam; default 1e-4, quick 5e-4).")
     p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps (default 3000; quick 150).")
     p.add_argument("--cache-dir", default=None,
                    help="Where SFT checkpoints are cached (default $XDG_CACHE_HOME/exploration_trl/countdown_tiny).")

@@ -9,14 +9,18 @@ at high accuracy.
 The policy is the package's toy causal LM (a tiny Qwen2) with a word-level tokenizer whose only non-special
 tokens are the actions and one prompt token. Every method trains through its trainer class from
 `exploration_trl.get_trainer_class` exactly as a user would train a real model; the tree only shows up in the
-tokenizer, the reward function and the generation settings:
+tokenizer, the output layer, the reward function and the generation settings:
 
+* the output layer has a frozen -1e4 bias on every non-action token (`mask_output_head`), so the trainers'
+  log-probs, entropies and top-N candidates are those of the action distribution that is sampled;
 * `max_completion_length=horizon`, `generation_kwargs={"min_new_tokens": horizon, "suppress_tokens": [every
   non-action token]}`: generation samples `softmax(logits[actions] / temperature)` at each of exactly `horizon`
   steps (the reward function counts any completion that is not `horizon` action tokens; the count is reported);
 * after training, every one of the `|actions| ** horizon` sequences is scored in one batched forward pass and
   its probability is computed exactly, renormalising over the action tokens at the training temperature (the
   distribution generation samples from); no sampling is involved in the reported numbers.
+
+Training uses plain SGD (see `DEFAULT_OPTIM`). Results, runtimes and what each method did: docs/what_it_shows.md.
 """
 
 from __future__ import annotations
@@ -35,9 +39,14 @@ DEFAULT_HORIZON = 3
 DEFAULT_REWARDING = "ACD,ACB,BDC,BDA,CAB,DBA"
 DEFAULT_METHODS = "grpo,grpo_entropy,progrpo,dsgrpo,casp,kl_cov"
 DEFAULT_SEEDS = "0,1,2"
-DEFAULT_STEPS = 300
+DEFAULT_STEPS = 200
 DEFAULT_NUM_GENERATIONS = 16
-DEFAULT_LEARNING_RATE = 3e-3
+DEFAULT_LEARNING_RATE = 0.05
+#: Plain SGD (no momentum): with Adam, the near-deterministic policy's all-correct groups (zero gradient) still
+#: moved the weights (momentum) and rare spiky gradients were normalised to full-size steps; runs repeatedly
+#: jumped from ~97% accuracy onto a wrong sequence in one step and never recovered (0 reward -> 0 advantage).
+#: See docs/what_it_shows.md. `--config` with `all: {optim: adamw_torch, learning_rate: 1e-3}` reproduces it.
+DEFAULT_OPTIM = "sgd"
 #: Toy backbone for the tree (kwargs of `exploration_trl.toy.build_toy_model`).
 DEFAULT_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                      intermediate_size=128)
@@ -50,10 +59,10 @@ PROMPT_TOKEN = "<q>"
 #: Two prompt tokens, so ProGRPO's prompt confidence (which skips the first prompt token) is defined.
 PROMPT = f"{PROMPT_TOKEN} {PROMPT_TOKEN}"
 
-#: Per-method defaults for the tree, applied before `--config`. Only CaSP's forking quantile departs from the
-#: paper value (tau = 0.8), because with 3 tokens per response tau = 0.8 marks exactly one token as forking;
-#: see docs/what_it_shows.md. Everything else is the method's published default (its config class's default).
-TREE_METHOD_DEFAULTS: dict[str, dict[str, Any]] = {}
+#: Per-method defaults for the tree, applied before `--config`: every method runs with its published defaults
+#: (its config class's defaults); only the plain entropy bonus, which has no paper value here, gets a coefficient
+#: large enough to matter on a 3-token problem.
+TREE_METHOD_DEFAULTS: dict[str, dict[str, Any]] = {"grpo_entropy": {"entropy_coef": 0.2}}
 
 
 @dataclass(frozen=True)
@@ -295,6 +304,7 @@ def train_one(task: TreeTask, method: str, seed: int, steps: int, output_dir: st
             max_completion_length=task.horizon,
             learning_rate=learning_rate,
             generation_kwargs=tree_generation_kwargs(tok, task),
+            optim=DEFAULT_OPTIM,
         )
         kwargs.update(cfg_overrides)
         try:
@@ -347,6 +357,9 @@ def summarise(task: TreeTask, runs: list[dict]) -> dict[str, dict[str, Any]]:
         for key in ("accuracy", "modes_covered", "entropy", "top_mass"):
             m, s = _common.mean_std([x[key] for x in rs])
             entry[key] = {"mean": m, "std": s, "per_seed": [x[key] for x in rs]}
+        largest = [max(x["mass"].values()) for x in rs]
+        m, s = _common.mean_std(largest)
+        entry["largest_mode"] = {"mean": m, "std": s, "per_seed": largest}
         entry["mass"] = {}
         for seq in task.rewarding:
             m, s = _common.mean_std([x["mass"][seq] for x in rs])
@@ -358,16 +371,16 @@ def summarise(task: TreeTask, runs: list[dict]) -> dict[str, dict[str, Any]]:
 
 def format_table(task: TreeTask, summary: dict[str, dict[str, Any]], init: dict[str, Any] | None = None) -> str:
     """Markdown table: one row per method (mean ± std over seeds), masses in percent."""
-    header = ["method", "accuracy", "modes (>=1%)", "entropy (nats)", *task.rewarding]
+    header = ["method", "accuracy", "modes (>=1%)", "entropy (nats)", "largest mode %", *task.rewarding]
     rows = []
     if init is not None:
         rows.append(["(initial policy)", _common.fmt_pm(init["accuracy"]), _common.fmt_pm(init["modes_covered"], 2),
-                     _common.fmt_pm(init["entropy"], 2),
+                     _common.fmt_pm(init["entropy"], 2), _common.fmt_pm(init["largest"], 1, 100),
                      *[_common.fmt_pm(init["mass"][s], 1, 100) for s in task.rewarding]])
     for method, e in summary.items():
         per = lambda key: e[key]["per_seed"]  # noqa: E731
         rows.append([method, _common.fmt_pm(per("accuracy")), _common.fmt_pm(per("modes_covered"), 2),
-                     _common.fmt_pm(per("entropy"), 2),
+                     _common.fmt_pm(per("entropy"), 2), _common.fmt_pm(per("largest_mode"), 1, 100),
                      *[_fmt_mass(e["mass"][s], e["num_seeds"]) for s in task.rewarding]])
     return _common.markdown_table(header, rows)
 
@@ -389,50 +402,51 @@ def _init_stats(runs: list[dict]) -> dict[str, Any]:
         "modes_covered": [x["modes_covered"] for x in inits],
         "entropy": [x["entropy"] for x in inits],
         "mass": {s: [x["mass"][s] for x in inits] for s in inits[0]["mass"]},
+        "largest": [max(x["mass"].values()) for x in inits],
     }
 
 
 def plot_tree(task: TreeTask, runs: list[dict], out_png: str | Path, title: str | None = None) -> Path:
-    """One panel per method: final mass of every rewarding sequence plus the non-rewarding total (mean over seeds
-    as bars, each seed as a dot), as CaSP Fig. 5(b-d)."""
+    """One panel per (method, seed): final mass of every rewarding sequence plus the non-rewarding total, as CaSP
+    Fig. 5(b-d). Rows are methods, columns seeds (averaging masses over seeds would hide which mode each run kept)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
     methods = list(dict.fromkeys(r["method"] for r in runs))
+    seeds = list(dict.fromkeys(r["seed"] for r in runs))
     labels = list(task.rewarding) + ["other"]
-    ncols = min(3, len(methods))
-    nrows = math.ceil(len(methods) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols, 3.0 * nrows), squeeze=False, sharey=True)
     colors = ["tab:green"] * len(task.rewarding) + ["tab:red"]
+    nrows, ncols = len(methods), len(seeds)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 0.6, 1.75 * nrows + 0.8), squeeze=False,
+                             sharey=True, sharex=True)
     try:
-        for ax, method in zip(axes.flat, methods):
-            rs = [r["final"] for r in runs if r["method"] == method]
-            vals = [[x["mass"][s] for s in task.rewarding] + [x["non_rewarding_mass"]] for x in rs]
-            means = [sum(v[i] for v in vals) / len(vals) for i in range(len(labels))]
-            xs = range(len(labels))
-            ax.bar(xs, means, color=colors, alpha=0.75)
-            for v in vals:
-                ax.scatter(xs, v, color="black", s=8, zorder=3)
-            acc = _common.mean_std([x["accuracy"] for x in rs])[0]
-            modes = _common.mean_std([x["modes_covered"] for x in rs])[0]
-            ax.set_title(f"{method}: acc {acc:.2f}, modes {modes:.1f}", fontsize=10)
-            ax.set_xticks(list(xs))
-            ax.set_xticklabels(labels, rotation=45, fontsize=8)
-            ax.set_ylim(0, 1)
-            ax.axhline(MODE_THRESHOLD, color="grey", linewidth=0.6, linestyle=":")
-            ax.grid(True, axis="y", alpha=0.3)
-        for ax in axes.flat[len(methods):]:
-            ax.axis("off")
-        for row in axes:
-            row[0].set_ylabel("probability mass")
-        fig.suptitle(title or f"Tree (|A|={len(task.actions)}, H={task.horizon}): final sequence mass "
-                     f"(bars: mean over seeds, dots: seeds)", fontsize=10)
+        for i, method in enumerate(methods):
+            for j, seed in enumerate(seeds):
+                ax = axes[i][j]
+                run = next((r for r in runs if r["method"] == method and r["seed"] == seed), None)
+                if run is None:
+                    ax.axis("off")
+                    continue
+                f = run["final"]
+                vals = [f["mass"][s] for s in task.rewarding] + [f["non_rewarding_mass"]]
+                ax.bar(range(len(labels)), vals, color=colors, alpha=0.8)
+                ax.set_ylim(0, 1)
+                ax.axhline(MODE_THRESHOLD, color="grey", linewidth=0.6, linestyle=":")
+                ax.grid(True, axis="y", alpha=0.3)
+                ax.set_title(f"{method} s{seed}: acc {f['accuracy']:.2f}, modes {f['modes_covered']}", fontsize=8)
+                ax.tick_params(labelsize=7)
+            axes[i][0].set_ylabel("mass", fontsize=8)
+        for ax in axes[-1]:
+            ax.set_xticks(range(len(labels)))
+            ax.set_xticklabels(labels, rotation=45, fontsize=7)
+        fig.suptitle(title or f"Tree (|A|={len(task.actions)}, H={task.horizon}): exact final mass of each rewarding "
+                     "sequence (green) and of all others (red)", fontsize=9)
         fig.tight_layout()
         out = Path(out_png)
         out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=120)
+        fig.savefig(out, dpi=110)
     finally:
         plt.close(fig)
     return out
@@ -462,7 +476,8 @@ def run_tree(task: TreeTask, methods: Sequence[str], seeds: Sequence[int], steps
                  "num_sequences": task.num_sequences, "mode_threshold": MODE_THRESHOLD, "prompt": PROMPT},
         "settings": {"methods": list(methods), "seeds": list(seeds), "steps": steps,
                      "num_generations": num_generations, "per_device_train_batch_size": num_generations,
-                     "learning_rate": learning_rate, "model": {**DEFAULT_MODEL, **(model_kwargs or {})},
+                     "learning_rate": learning_rate, "optim": DEFAULT_OPTIM,
+                     "model": {**DEFAULT_MODEL, **(model_kwargs or {})},
                      "overrides": {m: (overrides or {}).get(m, {}) for m in methods},
                      "tree_method_defaults": {m: TREE_METHOD_DEFAULTS.get(m, {}) for m in methods}},
         "summary": summary,
@@ -497,7 +512,7 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="Optimizer steps per run (default %(default)s).")
     p.add_argument("--num-generations", type=int, default=DEFAULT_NUM_GENERATIONS,
                    help="Completions per step, one group (default %(default)s).")
-    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="Adam step size (default %(default)s).")
+    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="SGD step size (default %(default)s).")
     p.add_argument("--trace-every", type=int, default=0,
                    help="Also record the exact accuracy/modes/entropy every N steps (0: off).")
     p.add_argument("--config", default=None,

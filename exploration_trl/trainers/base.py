@@ -163,10 +163,15 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ capture plumbing
     def _lm_head(self, model):
+        """`(hf_model, lm_head)` under any accelerate/PEFT wrapping; cached, as `is_peft_model` costs ~10 ms a call."""
+        cached = getattr(self, "_lm_head_cache", None)
+        if cached is not None and cached[0] is model:
+            return cached[1], cached[2]
         base = self.accelerator.unwrap_model(model)
         if is_peft_model(base):
             base = base.get_base_model()
-        return base, base.get_output_embeddings()
+        self._lm_head_cache = (model, base, base.get_output_embeddings())
+        return base, self._lm_head_cache[2]
 
     @contextmanager
     def _capturing(self, model, capture: _Capture):
