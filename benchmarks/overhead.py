@@ -22,7 +22,8 @@ from pathlib import Path
 METHODS = ["trl", "grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov"]
 
 
-def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: str, threads: int = 2) -> dict:
+def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: str, threads: int = 2,
+              metrics: bool = True) -> dict:
     """One training run in this process; returns median step time and the peak RSS growth during training."""
     import psutil
     import torch
@@ -37,7 +38,9 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: s
     else:
         trainer_cls = et.get_trainer_class(method)
         config_cls = trainer_cls.config_class
+    extra = {} if method == "trl" else {"exploration_metrics": metrics}
     args = config_cls(
+        **extra,
         output_dir=out, per_device_train_batch_size=8, num_generations=8, max_completion_length=completion_length,
         max_steps=steps, learning_rate=1e-4, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
         seed=0, disable_tqdm=True,
@@ -77,6 +80,7 @@ def main():
     parser.add_argument("--vocab-size", type=int, default=32768)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--threads", type=int, default=2, help="torch threads per trial")
+    parser.add_argument("--no-metrics", action="store_true", help="exploration_metrics=False for our trainers")
     parser.add_argument("--output", default="benchmarks/overhead.json")
     parser.add_argument("--trial", nargs=2, metavar=("METHOD", "CKPT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -84,7 +88,7 @@ def main():
     if args.trial:  # child process: one measurement, printed as JSON
         with tempfile.TemporaryDirectory() as out:
             print("RESULT " + json.dumps(run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, out,
-                                                     args.threads)))
+                                                     args.threads, not args.no_metrics)))
         return
 
     from exploration_trl.toy import make_toy_checkpoint
@@ -98,6 +102,7 @@ def main():
             for m in order:
                 cmd = [sys.executable, __file__, "--trial", m, ckpt, "--steps", str(args.steps),
                        "--completion-length", str(args.completion_length), "--threads", str(args.threads)]
+                cmd += ["--no-metrics"] if args.no_metrics else []
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
@@ -121,7 +126,8 @@ def main():
               f"{row.get('memory_ratio', 1):7.3f}")
     meta = {"workload": {"vocab_size": args.vocab_size, "completion_length": args.completion_length,
                          "num_generations": 8, "per_device_train_batch_size": 8, "steps": args.steps,
-                         "rounds": args.rounds, "threads": args.threads, "device": "cpu"}, "methods": table, "raw": results}
+                         "rounds": args.rounds, "threads": args.threads, "exploration_metrics": not args.no_metrics,
+                         "device": "cpu"}, "methods": table, "raw": results}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(meta, indent=2))
     print(f"wrote {args.output}")
