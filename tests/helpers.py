@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from datasets import Dataset
 
 from exploration_trl.toy import build_toy, save_toy

@@ -5,7 +5,13 @@ import pytest
 import torch
 
 from exploration_trl.core.losses import casp_ratio, forking_mask
-from test_trl_contract import ckpt, hand_inputs, make_trainer  # noqa: F401  (fixture re-use)
+from helpers import toy_checkpoint
+from test_trl_contract import hand_inputs, make_trainer
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt")
 
 
 def dense_casp_loss(model, inputs, alpha, penalty, quantile, top_n, temperature, eps_low, eps_high):
@@ -29,7 +35,7 @@ def dense_casp_loss(model, inputs, alpha, penalty, quantile, top_n, temperature,
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_casp_trainer_gradient_matches_dense_reference(ckpt, tmp_path, temperature):  # noqa: F811
+def test_casp_trainer_gradient_matches_dense_reference(ckpt, tmp_path, temperature):
     cfg = dict(casp_alpha=0.5, casp_top1_penalty=1.5, casp_entropy_quantile=0.3, casp_top_n=3)
     trainer = make_trainer(ckpt, tmp_path, method="casp", temperature=temperature, epsilon_high=0.28,
                            exploration_metrics=False, **cfg)
@@ -56,7 +62,7 @@ def test_casp_trainer_gradient_matches_dense_reference(ckpt, tmp_path, temperatu
         torch.testing.assert_close(ours[name], p.grad, rtol=2e-4, atol=1e-6, msg=name)
 
 
-def test_casp_alpha_changes_gradient(ckpt, tmp_path):  # noqa: F811
+def test_casp_alpha_changes_gradient(ckpt, tmp_path):
     """Guard against a vacuous match: the smoothed target must move the gradient away from plain GRPO's."""
     grads = []
     for alpha in (0.0, 0.5):

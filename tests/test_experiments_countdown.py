@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from fractions import Fraction
 
 import pytest
 

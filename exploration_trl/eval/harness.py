@@ -157,14 +157,14 @@ def _json_default(o):
     return str(o)
 
 
-def _clean(x):
+def clean_json(x):
     """NaN/inf -> None, recursively (strict JSON)."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {k: clean_json(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [clean_json(v) for v in x]
     return x
 
 
@@ -306,7 +306,7 @@ def summarize(
     )
     if diversity:
         summary["diversity_correct"] = _diversity(rows, semantic, diversity_report)
-    return _clean(summary)
+    return clean_json(summary)
 
 
 def _diversity(rows, semantic: bool, diversity_report) -> dict[str, Any]:
@@ -521,7 +521,7 @@ def run_eval(
                     elapsed = (time.time() - t0) / len(idx)
                     for i, rec, s in zip(idx, recs, samples):
                         row = _grade(i, rec, s, bench, reward_fn, sampling, elapsed)
-                        fh.write(json.dumps(_clean(row), ensure_ascii=False, default=_json_default) + "\n")
+                        fh.write(json.dumps(clean_json(row), ensure_ascii=False, default=_json_default) + "\n")
                         fh.flush()
                         os.fsync(fh.fileno())
                         done[i] = row
@@ -563,7 +563,7 @@ def run_eval(
         "versions": package_versions(),
         "summary": summary,
         "problems": [
-            _clean({
+            clean_json({
                 "index": r["index"],
                 "id": r["id"],
                 "n": len(r["correct"]),

@@ -6,12 +6,10 @@ Nothing here imports torch or TRL at module level, so `exploration-trl --help` s
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -156,46 +154,13 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
 
 
-def _json_default(o):
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(o, Path):
-        return str(o)
-    return repr(o)
-
-
-def clean_json(x):
-    """NaN/inf -> None, recursively, so the files are strict JSON."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): clean_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [clean_json(v) for v in x]
-    return x
-
-
 def write_json(path: str | Path, data: Any) -> Path:
-    """Write strict JSON atomically (temporary file in the same folder, then `os.replace`)."""
+    """Write strict JSON (NaN/inf -> null) atomically, with the evaluation harness's writer."""
+    from ..eval.harness import clean_json, write_json_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(clean_json(data), f, indent=2, allow_nan=False, default=_json_default)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_json_atomic(path, clean_json(data))
     return path
 
 

@@ -18,7 +18,6 @@ What it adds, without forking any TRL method:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -512,7 +511,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     @torch.no_grad()
     def _log_token_metrics(self, inputs, capture: _Capture):
         """Exploration metrics from the loss pass TRL already ran (no extra backbone pass)."""
-        mode = "train" if self.model.training else "eval"
         mask = self._loss_mask(inputs).bool()
         entropies = capture.entropies.detach().float()
         correct = inputs.get("exploration_correct")
