@@ -34,6 +34,12 @@ class ScriptArguments:
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompt."})
+    dataset_prompt_template: str | None = field(
+        default=None,
+        metadata={"help": "Turn a plain-text prompt into a chat message: a format string with {prompt}, e.g. "
+                  "'{prompt}\\nPlease reason step by step, and put your final answer within \\boxed{}.'"},
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to chat prompts."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training rows."})
     reward_funcs: list[str] | None = field(
         default=None, metadata={"help": "Reward names (see `exploration_trl.rewards`) or dotted paths.", "nargs": "+"}
@@ -140,7 +146,24 @@ def load_train_dataset(script_args, training_args):
         dataset = dataset.rename_column(script_args.dataset_prompt_column, "prompt")
     if script_args.max_train_samples is not None:
         dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
+    if script_args.dataset_prompt_template or script_args.system_prompt:
+        dataset = dataset.map(lambda row: {"prompt": _chat_prompt(row["prompt"], script_args)})
     return dataset, default_rewards
+
+
+def _chat_prompt(prompt, script_args) -> list[dict]:
+    """Apply `dataset_prompt_template` / `system_prompt`, giving a conversational prompt TRL renders with the
+    model's chat template (raw Hub questions otherwise reach an instruct model with no answer-format request)."""
+    messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+    template = script_args.dataset_prompt_template
+    if template:
+        if "{prompt}" not in template:
+            raise CLIError("dataset_prompt_template must contain {prompt} (where the question goes)")
+        last = messages[-1]
+        messages[-1] = {**last, "content": template.replace("{prompt}", last["content"])}
+    if script_args.system_prompt and messages[0].get("role") != "system":
+        messages.insert(0, {"role": "system", "content": script_args.system_prompt})
+    return messages
 
 
 def _benchmark_or_hub(name, script_args):

@@ -148,3 +148,27 @@ def test_push_to_hub_without_token_fails_in_one_line_after_saving(tmp_path, caps
     msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, push_to_hub=True, hub_model_id="me/toy")])
     assert msg.startswith("error: cannot push to the Hub: no token found")
     assert (tmp_path / "out" / "model.safetensors").exists() and (tmp_path / "out" / "README.md").exists()
+
+
+def test_prompt_template_and_system_prompt_make_chat_prompts(tmp_path):
+    from exploration_trl.cli import load_train_dataset
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"question": "What is 2+3?", "answer": "#### 5"}) + "\n")
+    path = write_yaml(tmp_path, dataset_name=str(data), dataset_prompt_column="question",
+                      dataset_prompt_template="{prompt}\nPut the final answer in \\boxed{}.", system_prompt="Be brief.")
+    script, args, _ = parse_train_args(["--config", path])
+    dataset, _ = load_train_dataset(script, args)
+    assert dataset[0]["prompt"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2+3?\nPut the final answer in \\boxed{}."},
+    ]
+
+
+def test_prompt_template_without_placeholder(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, dataset_name=str(data),
+                                                            reward_funcs=["math_accuracy"],
+                                                            dataset_prompt_template="Solve it.")])
+    assert msg == "error: dataset_prompt_template must contain {prompt} (where the question goes)"
