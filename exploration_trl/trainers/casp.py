@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +35,13 @@ class CaSPConfig(ExplorationGRPOConfig):
             raise ValueError(f"casp_entropy_quantile must be in [0, 1], got {self.casp_entropy_quantile}")
         if self.casp_top1_penalty <= 0:
             raise ValueError(f"casp_top1_penalty must be > 0, got {self.casp_top1_penalty}")
+        if self.beta != 0.0:
+            warnings.warn(
+                "CaSP with beta != 0: TRL's reference-KL term is computed from the log-probs CaSP hands the loss "
+                "(old + log ratio), so at penalised rank-1 tokens its value is shifted by log(casp_top1_penalty). "
+                "The CaSP paper trains with beta = 0.",
+                UserWarning, stacklevel=3,
+            )
 
 
 class CaSPTrainer(ExplorationGRPOTrainer):
