@@ -92,7 +92,11 @@ def _method_from(argv: list[str]) -> str:
 
 
 def parse_train_args(argv: list[str]):
-    """Parse `train` arguments into `(script_args, training_args, model_args)`, with one-line errors."""
+    """Parse `train` arguments into `(script_args, training_args, model_args)`, with one-line errors.
+
+    Group layout (`num_generations >= 2`, a generation batch divisible into groups) is validated by TRL's
+    `GRPOConfig.__post_init__` while parsing; its message becomes the error line.
+    """
     from trl import ModelConfig, TrlParser
 
     from .trainers import get_config_class
@@ -199,17 +203,6 @@ def resolve_reward_funcs(script_args, default_rewards):
         raise CLIError(str(e)) from None
 
 
-def _check_batch_layout(training_args, dataset):
-    g = training_args.num_generations
-    if g is None or g < 2:
-        raise CLIError(f"num_generations must be >= 2 (GRPO compares completions within a group); got {g}")
-    if training_args.generation_batch_size % g != 0:
-        raise CLIError(
-            f"generation batch ({training_args.generation_batch_size} = per_device_train_batch_size x processes x "
-            f"steps_per_generation) is not divisible into groups of num_generations={g}; make it a multiple of {g}"
-        )
-
-
 def _toy_model(training_args, script_args):
     """`model_name_or_path: toy` builds the offline toy backbone into `<output_dir>/toy_base`."""
     from accelerate import PartialState
@@ -232,7 +225,6 @@ def train_main(argv: list[str]) -> int:
     trainer_cls = get_trainer_class(script_args.method)
     dataset, default_rewards = load_train_dataset(script_args, training_args)
     reward_funcs = resolve_reward_funcs(script_args, default_rewards)
-    _check_batch_layout(training_args, dataset)
     model = model_args.model_name_or_path or TOY_MODEL
     if model == TOY_MODEL:
         model = _toy_model(training_args, script_args)

@@ -103,7 +103,6 @@ class RolloutBatch:
     completion_entropies: torch.Tensor | None = None
     prompt_logps: torch.Tensor | None = None
     prompt_logps_mask: torch.Tensor | None = None
-    extras: dict = field(default_factory=dict)
 
     @property
     def local_rewards(self) -> torch.Tensor:
