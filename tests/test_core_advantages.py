@@ -308,9 +308,53 @@ def _ds_inputs():
     return adv, rewards, logps, mask
 
 
-def test_dsgrpo_hand_worked():
+def _seq_mean(*args, **kwargs):
+    return dsgrpo_advantages(*args, granularity="sequence_mean", **kwargs)
+
+
+def test_dsgrpo_token_granularity_hand_worked():
+    """Default granularity: A_t = A - gamma_p * logp_t (correct) / A + gamma_n * logp_t (wrong), 0 on padding."""
     adv, rewards, logps, mask = _ds_inputs()
     out = dsgrpo_advantages(adv, rewards, logps, mask)
+    # row 0 correct:   0.5 - 0.01 * [-1, -2, -3]        = [0.51, 0.52, 0.53], padding 0
+    # row 1 incorrect: -0.5 + 0.01 * -0.5               = -0.505, padding 0
+    # row 2 correct, no valid token                     -> all padding: 0
+    # row 3 correct:   0 - 0.01 * [-4, -2, 0, -2]       = [0.04, 0.02, 0.0, 0.02]
+    assert out.dtype == F32 and out.shape == (4, 4)
+    assert_close(out, T([[0.51, 0.52, 0.53, 0.0], [-0.505, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0],
+                         [0.04, 0.02, 0.0, 0.02]]))
+    # gamma_p = 0 (DS-GRPO-Negative): correct rows keep A on valid tokens
+    out = dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.0, gamma_n=0.1)
+    assert_close(out[0], T([0.5, 0.5, 0.5, 0.0]))
+    assert_close(out[1], T([-0.55, 0.0, 0.0, 0.0]))
+    # per-token input advantages are shifted token by token
+    adv_t = T([[1.0, 2.0, 3.0, 4.0]] * 4)
+    out = dsgrpo_advantages(adv_t, rewards, logps, mask)
+    assert_close(out[0], T([1.01, 2.02, 3.03, 0.0]))
+    # NaN reward keeps A on valid tokens; bf16 inputs give float32 results
+    out = dsgrpo_advantages(adv.bfloat16(), T([1.0, float("nan"), 1.0, 0.5]).bfloat16(), logps.bfloat16(), mask)
+    assert out.dtype == F32
+    assert_close(out[1], T([-0.5, 0.0, 0.0, 0.0]))
+
+
+def test_dsgrpo_sequence_sum_hand_worked():
+    adv, rewards, logps, mask = _ds_inputs()
+    out = dsgrpo_advantages(adv, rewards, logps, mask, granularity="sequence_sum")
+    # trajectory log-probs: row 0: -6 ; row 1: -0.5 ; row 2: 0 (empty) ; row 3: -8
+    # row 0 correct: 0.5 + 0.06 = 0.56 ; row 1 wrong: -0.5 - 0.005 = -0.505 ; row 2: 1 ; row 3 correct: 0.08
+    assert out.shape == (4,)
+    assert_close(out, T([0.56, -0.505, 1.0, 0.08]))
+
+
+def test_dsgrpo_rejects_unknown_granularity():
+    adv, rewards, logps, mask = _ds_inputs()
+    with pytest.raises(ValueError, match="granularity must be one of token, sequence_mean, sequence_sum"):
+        dsgrpo_advantages(adv, rewards, logps, mask, granularity="mean")
+
+
+def test_dsgrpo_hand_worked():
+    adv, rewards, logps, mask = _ds_inputs()
+    out = _seq_mean(adv, rewards, logps, mask)
     # row 0 correct:   0.5 - 0.01 * (-2)   = 0.52
     # row 1 incorrect: -0.5 + 0.01 * (-0.5) = -0.505
     # row 2 correct, empty: 1 - 0.01 * 0   = 1
@@ -322,11 +366,11 @@ def test_dsgrpo_hand_worked():
 def test_dsgrpo_variants_and_threshold():
     adv, rewards, logps, mask = _ds_inputs()
     # DS-GRPO-Positive (gamma_n = 0): the incorrect row keeps -0.5
-    assert_close(dsgrpo_advantages(adv, rewards, logps, mask, gamma_n=0.0), T([0.52, -0.5, 1.0, 0.02]))
+    assert_close(_seq_mean(adv, rewards, logps, mask, gamma_n=0.0), T([0.52, -0.5, 1.0, 0.02]))
     # DS-GRPO-Negative (gamma_p = 0): correct rows keep A
-    assert_close(dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.0), T([0.5, -0.505, 1.0, 0.0]))
+    assert_close(_seq_mean(adv, rewards, logps, mask, gamma_p=0.0), T([0.5, -0.505, 1.0, 0.0]))
     # threshold 0.6: row 3 (reward 0.5) becomes incorrect: 0 + 0.1 * (-2) = -0.2 (gamma_n = 0.1)
-    out = dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.1, gamma_n=0.1, correct_threshold=0.6)
+    out = _seq_mean(adv, rewards, logps, mask, gamma_p=0.1, gamma_n=0.1, correct_threshold=0.6)
     # row 0: 0.5 + 0.2 = 0.7 ; row 1: -0.5 - 0.05 = -0.55 ; row 2: 1
     assert_close(out, T([0.7, -0.55, 1.0, -0.2]))
 
@@ -335,24 +379,26 @@ def test_dsgrpo_uniform_groups_are_shaped():
     # all-wrong group: A = 0 everywhere, still A~ = 0 + 0.01 * lbar = [-0.02, -0.005]
     logps = T([[-1.0, -3.0], [-0.5, 0.0]])
     mask = T([[1, 1], [1, 0]])
-    out = dsgrpo_advantages(torch.zeros(2), torch.zeros(2), logps, mask)
+    out = _seq_mean(torch.zeros(2), torch.zeros(2), logps, mask)
     assert_close(out, T([-0.02, -0.005]))
+    # and per token: [-0.01, -0.03], [-0.005, 0 (padding)]
+    assert_close(dsgrpo_advantages(torch.zeros(2), torch.zeros(2), logps, mask), T([[-0.01, -0.03], [-0.005, 0.0]]))
 
 
 def test_dsgrpo_shapes_bf16_nan_reward():
     adv, rewards, logps, mask = _ds_inputs()
     expected = T([0.52, -0.505, 1.0, 0.02])
-    assert_close(dsgrpo_advantages(adv.unsqueeze(-1), rewards, logps, mask), expected)
+    assert_close(_seq_mean(adv.unsqueeze(-1), rewards, logps, mask), expected)
     adv_t = adv.unsqueeze(-1) * T([1.0, -1.0, 2.0])  # (B, 3)
-    out = dsgrpo_advantages(adv_t, rewards, logps, mask)
+    out = _seq_mean(adv_t, rewards, logps, mask)
     assert out.shape == (4, 3)
     assert_close(out, adv_t + (expected - adv).unsqueeze(-1))
     # bf16: all values exactly representable
-    out = dsgrpo_advantages(adv.bfloat16(), rewards.bfloat16(), logps.bfloat16(), mask)
+    out = _seq_mean(adv.bfloat16(), rewards.bfloat16(), logps.bfloat16(), mask)
     assert out.dtype == F32
     assert_close(out, expected)
     # NaN reward (unscorable) keeps A
-    out = dsgrpo_advantages(adv, T([1.0, float("nan"), 1.0, 0.5]), logps, mask)
+    out = _seq_mean(adv, T([1.0, float("nan"), 1.0, 0.5]), logps, mask)
     assert_close(out, T([0.52, -0.5, 1.0, 0.02]))
 
 

@@ -4,10 +4,11 @@ Conventions (see SPEC.md): a batch holds ``B = num_prompts * G`` completions, th
 completions of a prompt being contiguous rows; ``(B, T)`` completion tensors are right-padded and
 ``mask`` is 1 on real tokens. All statistics are computed in float32; inputs are never modified.
 
-Shapes of the sequence-level shaping functions (``progrpo_advantages``, ``dsgrpo_advantages``,
-``ppl_shaped_advantages``): ``advantages`` of shape ``(B,)`` or ``(B, 1)`` give a ``(B,)`` result;
-per-token ``(B, T)`` advantages give a ``(B, T)`` result where the per-row change is applied to
-every column of the row.
+Shapes of the sequence-level shaping functions (``progrpo_advantages``, ``ppl_shaped_advantages`` and
+``dsgrpo_advantages`` at a sequence granularity): ``advantages`` of shape ``(B,)`` or ``(B, 1)`` give a
+``(B,)`` result; per-token ``(B, T)`` advantages give a ``(B, T)`` result where the per-row change is
+applied to every column of the row. ``dsgrpo_advantages`` at its default ``granularity="token"`` and
+``position_bonus_advantages`` always return ``(B, T)``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._utils import (
     broadcast_advantages,
     check_groups,
     flat_rows,
+    masked_sum,
     nanstd,
     row_length_mean,
     split_sequence_advantages,
@@ -30,6 +32,7 @@ __all__ = [
     "confidence",
     "progrpo_advantages",
     "dsgrpo_advantages",
+    "DSGRPO_GRANULARITIES",
     "ppl_shaped_advantages",
     "position_bonus_advantages",
 ]
@@ -151,6 +154,9 @@ def progrpo_advantages(
     return restore(out)
 
 
+DSGRPO_GRANULARITIES = ("token", "sequence_mean", "sequence_sum")
+
+
 def dsgrpo_advantages(
     advantages: torch.Tensor,
     rewards: torch.Tensor,
@@ -159,24 +165,48 @@ def dsgrpo_advantages(
     gamma_p: float = 0.01,
     gamma_n: float = 0.01,
     correct_threshold: float = 0.0,
+    granularity: str = "token",
 ) -> torch.Tensor:
     """DS-GRPO differential smoothing (Sec. 3.5 / 4.2, rollout-policy form of App. B.3).
 
-    Seed "Differential Smoothing Mitigates Sharpening": with ``lbar`` the length-averaged rollout
-    log-probability (``sum(logps*mask)/max(n_valid,1)``, a one-sample entropy estimate), correct
-    completions get ``A - gamma_p * lbar`` (an entropy bonus: low-probability correct answers are
-    reinforced more, fighting diversity collapse) and incorrect ones ``A + gamma_n * lbar`` (an
-    entropy penalty that sharpens away from errors). Applied in every group, including all-right and
-    all-wrong ones. Rows with a NaN reward (unscorable) keep ``A``.
+    Seed "Differential Smoothing Mitigates Sharpening": correct completions (``reward > correct_threshold``)
+    get ``A - gamma_p * L`` (an entropy bonus: low-probability correct answers are reinforced more, fighting
+    diversity collapse) and incorrect ones ``A + gamma_n * L`` (an entropy penalty that sharpens away from
+    errors), in every group, all-right and all-wrong ones included. Rows with a NaN reward keep ``A``.
 
-    Returns float32 ``(B,)`` for ``(B,)``/``(B, 1)`` advantages and ``(B, T)`` for ``(B, T)`` ones.
+    The paper states the change per trajectory ("a term proportional to their log-probability") without
+    saying how ``L`` is normalised, and no code of its authors is public, so ``granularity`` makes it explicit:
+
+    * ``"token"`` (default): ``L = logps[:, t]``, the result is per-token ``(B, T)`` with 0 on padding. This is
+      the per-token REINFORCE estimate of an entropy bonus (App. B.3: the modification is equivalent to an
+      entropy regulariser), and the reading under which the published ``gamma = 0.01`` has the scale of an
+      ordinary entropy coefficient.
+    * ``"sequence_mean"``: ``L = sum(logps * mask) / max(n_valid, 1)``, one value per row (0.1.x behaviour;
+      with ``gamma = 0.01`` it moves advantages by ~0.003 on a long response).
+    * ``"sequence_sum"``: ``L = sum(logps * mask)``, the trajectory log-probability of the paper's theory.
+
+    Sequence granularities return float32 ``(B,)`` for ``(B,)``/``(B, 1)`` advantages and ``(B, T)`` for
+    ``(B, T)`` ones (the row's change applied to every column).
     """
+    if granularity not in DSGRPO_GRANULARITIES:
+        raise ValueError(f"granularity must be one of {', '.join(DSGRPO_GRANULARITIES)}; got {granularity!r}")
     r = to_f32(flat_rows(rewards, "rewards"))
-    a, restore = split_sequence_advantages(advantages, r.shape[0])
-    lbar = row_length_mean(completion_logps, completion_mask)
     correct = r > correct_threshold
-    shift = torch.where(correct, -gamma_p * lbar, gamma_n * lbar)
-    shift = torch.where(torch.isnan(r), torch.zeros_like(shift), shift)
+    unscored = torch.isnan(r)
+    if granularity == "token":
+        valid = as_valid(completion_mask)
+        a = broadcast_advantages(advantages, valid.shape)
+        lp = torch.where(valid, to_f32(completion_logps), torch.zeros((), device=valid.device))
+        shift = torch.where(correct.unsqueeze(-1), -gamma_p * lp, gamma_n * lp)
+        shift = torch.where(unscored.unsqueeze(-1), torch.zeros_like(shift), shift)
+        return torch.where(valid, a + shift, torch.zeros_like(a))
+    a, restore = split_sequence_advantages(advantages, r.shape[0])
+    if granularity == "sequence_mean":
+        L = row_length_mean(completion_logps, completion_mask)
+    else:
+        L = masked_sum(completion_logps, completion_mask, dim=-1)
+    shift = torch.where(correct, -gamma_p * L, gamma_n * L)
+    shift = torch.where(unscored, torch.zeros_like(shift), shift)
     return restore(a + shift.unsqueeze(-1))
 
 

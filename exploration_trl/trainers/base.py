@@ -362,14 +362,16 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         """STILL report shapers, applied after the advantage-side method: perplexity (Eq. 11), then position (Eq. 12)."""
         args = self.args
         if args.ppl_shaping_alpha != 0.0:
-            if advantages.dim() != 1:
-                raise ValueError("ppl_shaping_alpha needs per-sequence advantages; apply it before per-token shapers")
             logps = batch.gather_padded(batch.completion_logps)
             mask = batch.gather_padded(batch.completion_mask)
+            per_token = advantages.dim() == 2  # e.g. DS-GRPO's token granularity: scale every token of a row
+            global_adv = batch.gather_padded(advantages) if per_token else batch.gather(advantages)
             shaped = core_adv.ppl_shaped_advantages(
-                batch.gather(advantages), logps, mask, batch.num_generations, alpha=args.ppl_shaping_alpha
+                global_adv, logps, mask, batch.num_generations, alpha=args.ppl_shaping_alpha
             )
             advantages = shaped[batch.process_slice]
+            if per_token:
+                advantages = advantages[:, : batch.completion_mask.size(1)]
         if args.position_bonus_gamma != 0.0 and self._position_bonus_active(batch.global_step):
             advantages = core_adv.position_bonus_advantages(
                 advantages, batch.completion_mask, gamma=args.position_bonus_gamma

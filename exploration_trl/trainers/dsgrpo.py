@@ -7,22 +7,38 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core import advantages as core_adv
+from ..core._utils import broadcast_advantages
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch
 
 
 @dataclass
 class DSGRPOConfig(ExplorationGRPOConfig):
-    """DS-GRPO: an entropy bonus on correct completions (`A - gamma_p * lbar`) and a penalty on wrong ones
-    (`A + gamma_n * lbar`). Authors' scripts: gamma_p = gamma_n = 0.01, `epsilon_high=0.25`.
-    `ds_gamma_n=0` is DS-GRPO-Positive, `ds_gamma_p=0` DS-GRPO-Negative (Sec. 4.6)."""
+    """DS-GRPO: an entropy bonus on correct completions (`A - gamma_p * L`) and a penalty on wrong ones
+    (`A + gamma_n * L`), `L` the rollout policy's log-probability at `ds_logp_granularity`. Authors' scripts:
+    gamma_p = gamma_n = 0.01, `epsilon_high=0.25`. `ds_gamma_n=0` is DS-GRPO-Positive, `ds_gamma_p=0`
+    DS-GRPO-Negative (Sec. 4.6)."""
 
     ds_gamma_p: float = field(default=0.01, metadata={"help": "Entropy-bonus weight on correct completions."})
     ds_gamma_n: float = field(default=0.01, metadata={"help": "Entropy-penalty weight on wrong completions."})
+    ds_logp_granularity: str = field(
+        default="token",
+        metadata={"help": "Which log-probability L the smoothing uses: 'token' (per-token log pi_old(o_t), the "
+                  "REINFORCE form of an entropy bonus, where gamma=0.01 has an entropy coefficient's scale), "
+                  "'sequence_mean' (length-averaged, 0.1.x behaviour) or 'sequence_sum' (trajectory log-prob)."},
+    )
     epsilon_high: float | None = field(default=0.25, metadata={"help": "Upper clip: ratio <= 1 + epsilon_high."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.ds_logp_granularity not in core_adv.DSGRPO_GRANULARITIES:
+            raise ValueError(
+                f"ds_logp_granularity must be one of {', '.join(core_adv.DSGRPO_GRANULARITIES)}; "
+                f"got {self.ds_logp_granularity!r}"
+            )
 
 
 class DSGRPOTrainer(ExplorationGRPOTrainer):
-    """Advantage-side: differential smoothing with the rollout policy's length-averaged log-prob."""
+    """Advantage-side: differential smoothing with the rollout policy's log-probabilities."""
 
     config_class = DSGRPOConfig
     method_name = "dsgrpo"
@@ -33,16 +49,20 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
     def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         advantages = super()._compute_advantages(batch)
         rewards = batch.local_rewards
+        mask = batch.completion_mask
         new = core_adv.dsgrpo_advantages(
-            advantages, rewards, batch.completion_logps, batch.completion_mask,
+            advantages, rewards, batch.completion_logps, mask,
             gamma_p=self.args.ds_gamma_p, gamma_n=self.args.ds_gamma_n,
-            correct_threshold=self.args.correct_reward_threshold,
+            correct_threshold=self.args.correct_reward_threshold, granularity=self.args.ds_logp_granularity,
         )
-        delta = new - advantages.float()
-        correct = rewards > self.args.correct_reward_threshold
-        # Sums and counts, reduced across processes: mean bonus on correct rows, mean penalty on wrong rows.
+        # Per-token change on valid tokens (a sequence-level change counts once per token of its row).
+        shape = mask.shape
+        delta = (broadcast_advantages(new, shape) - broadcast_advantages(advantages, shape)) * mask
+        correct = (rewards > self.args.correct_reward_threshold)[:, None] & mask.bool()
+        wrong = (~(rewards > self.args.correct_reward_threshold))[:, None] & mask.bool()
+        # Sums and counts, reduced across processes: mean bonus on correct tokens, mean penalty on wrong tokens.
         self._log_loss_state_metrics({"metrics": {
             "dsgrpo/bonus_mean": (delta[correct].sum().item(), correct.sum().item()),
-            "dsgrpo/penalty_mean": (delta[~correct].sum().item(), (~correct).sum().item()),
+            "dsgrpo/penalty_mean": (delta[wrong].sum().item(), wrong.sum().item()),
         }})
         return new
