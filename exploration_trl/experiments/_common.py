@@ -299,3 +299,11 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], workers: int = 1, threads: int
 def cpu_seconds() -> float:
     """CPU time of this process (user + system), to tell contention apart from work in the reported runtimes."""
     return time.process_time()
+
+
+def save_figure(fig, out_png: str | Path, dpi: int = 110) -> Path:
+    """Save a matplotlib figure to `out_png` (parent folders created); the caller closes the figure."""
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    return out

@@ -27,7 +27,7 @@ import json
 import math
 import random
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, make_dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -42,67 +42,63 @@ CACHE_VERSION = 1
 
 
 # ------------------------------------------------------------------------------------------ settings
-@dataclass
-class DataSettings:
-    max_num: int = 12
-    max_target: int = 100
-    num_train: int = 3000
-    num_test: int = 200
-    solutions_per_problem: int = 4
+#: Every setting, `section -> {name: (default, quick)}`: `Settings()` holds the defaults and `quick_settings()` the
+#: quick values (a few-minute smoke run), side by side so the two presets are read and changed in one place.
+#: `data`: the problems (numbers 1..max_num, targets 1..max_target) and their split; `model`: the char-level toy
+#: Qwen2 (keywords of `toy.build_toy_model`); `sft`: the warm start (AdamW, linear warm-up, cosine decay to 5%,
+#: gradient clipping at 1); `rl`: one RL run of `steps` optimizer steps x `prompts_per_step` prompts x
+#: `num_generations` completions, whose `seed` (None: the experiment's seed) seeds the RL run and its evaluation but
+#: not the split or the warm start; `eval`: `n_samples` completions for each of the first `num_problems` test problems.
+SETTINGS_TABLE: dict[str, dict[str, tuple[Any, Any]]] = {
+    "data": dict(max_num=(12, 6), max_target=(100, 30), num_train=(3000, 300), num_test=(200, 24),
+                 solutions_per_problem=(4, 3)),
+    "model": dict(hidden_size=(96, 64), num_hidden_layers=(3, 2), num_attention_heads=(4, 4), num_key_value_heads=(2, 2),
+                  intermediate_size=(256, 128)),
+    "sft": dict(steps=(3000, 300), batch_size=(64, 32), learning_rate=(2e-3, 3e-3), weight_decay=(0.01, 0.01),
+                warmup_steps=(100, 20)),
+    "rl": dict(steps=(200, 4), num_generations=(8, 4), prompts_per_step=(16, 2), learning_rate=(1e-4, 5e-4),
+               max_completion_length=(20, 16), temperature=(1.0, 1.0), seed=(None, None)),
+    "eval": dict(n_samples=(64, 8), num_problems=(200, 24), temperature=(1.0, 1.0), top_p=(1.0, 1.0),
+                 batch_size=(512, 256)),
+}
 
 
-@dataclass
-class SFTSettings:
-    hidden_size: int = 96
-    num_hidden_layers: int = 3
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    intermediate_size: int = 256
-    steps: int = 3000
-    batch_size: int = 64
-    learning_rate: float = 2e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
+def _section(name: str, class_name: str) -> type:
+    """The dataclass of one `SETTINGS_TABLE` section, with the defaults as field defaults."""
+    fields = [(key, int | None if default is None else type(default), field(default=default))
+              for key, (default, _) in SETTINGS_TABLE[name].items()]
+    cls = make_dataclass(class_name, fields)
+    cls.__module__ = __name__  # so spawned workers unpickle it
+    return cls
 
 
-@dataclass
-class RLSettings:
-    steps: int = 200
-    num_generations: int = 8
-    prompts_per_step: int = 16
-    learning_rate: float = 1e-4
-    max_completion_length: int = 20
-    temperature: float = 1.0
-
-
-@dataclass
-class EvalSettings:
-    n_samples: int = 64
-    num_problems: int = 200
-    temperature: float = 1.0
-    top_p: float = 1.0
-    batch_size: int = 512
+DataSettings = _section("data", "DataSettings")
+ModelSettings = _section("model", "ModelSettings")
+SFTSettings = _section("sft", "SFTSettings")
+RLSettings = _section("rl", "RLSettings")
+EvalSettings = _section("eval", "EvalSettings")
+SECTIONS = {"data": DataSettings, "model": ModelSettings, "sft": SFTSettings, "rl": RLSettings, "eval": EvalSettings}
 
 
 @dataclass
 class Settings:
     seed: int = 0
     data: DataSettings = field(default_factory=DataSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
     sft: SFTSettings = field(default_factory=SFTSettings)
     rl: RLSettings = field(default_factory=RLSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
 
+    @property
+    def rl_seed(self) -> int:
+        return self.seed if self.rl.seed is None else self.rl.seed
+
 
 def quick_settings(seed: int = 0) -> Settings:
-    """A few-minute smoke run: small data, a small model, a short SFT, a handful of RL steps, a small eval."""
-    return Settings(
-        seed=seed,
-        data=DataSettings(max_num=6, max_target=30, num_train=300, num_test=24, solutions_per_problem=3),
-        sft=SFTSettings(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=128, steps=300, batch_size=32, learning_rate=3e-3, warmup_steps=20),
-        rl=RLSettings(steps=4, num_generations=4, prompts_per_step=2, learning_rate=5e-4, max_completion_length=16),
-        eval=EvalSettings(n_samples=8, num_problems=24, batch_size=256),
-    )
+    """The quick column of `SETTINGS_TABLE`: small data, a small model, a short SFT, a few RL steps, a small eval."""
+    sections = {name: SECTIONS[name](**{k: quick for k, (_, quick) in table.items()})
+                for name, table in SETTINGS_TABLE.items()}
+    return Settings(seed=seed, **sections)
 
 
 # ------------------------------------------------------------------------------------------ problems
@@ -217,7 +213,7 @@ def prompt_text(nums, target) -> str:
 # ------------------------------------------------------------------------------------------ SFT warm start
 def cache_key(settings: Settings) -> str:
     payload = {"version": CACHE_VERSION, "seed": settings.seed, "data": asdict(settings.data),
-               "sft": asdict(settings.sft)}
+               "model": asdict(settings.model), "sft": asdict(settings.sft)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -265,10 +261,8 @@ def train_sft(settings: Settings, train: list[dict], out_dir: Path, log=print) -
     from ..toy import build_toy, save_toy
 
     s = settings.sft
-    model, tok = build_toy("", level="char", seed=settings.seed, hidden_size=s.hidden_size,
-                           num_hidden_layers=s.num_hidden_layers, num_attention_heads=s.num_attention_heads,
-                           num_key_value_heads=s.num_key_value_heads, intermediate_size=s.intermediate_size,
-                           max_position_embeddings=128)
+    model, tok = build_toy("", level="char", seed=settings.seed, max_position_embeddings=128,
+                           **asdict(settings.model))
     texts = [(prompt_text(p["nums"], p["target"]), t) for p in train for t in p["sft_texts"]]
     opt = torch.optim.AdamW(model.parameters(), lr=s.learning_rate, weight_decay=s.weight_decay)
 
@@ -299,7 +293,8 @@ def train_sft(settings: Settings, train: list[dict], out_dir: Path, log=print) -
     if tmp.exists():
         shutil.rmtree(tmp)
     save_toy(model, tok, tmp)
-    info = {"settings": {"seed": settings.seed, "data": asdict(settings.data), "sft": asdict(settings.sft)},
+    info = {"settings": {"seed": settings.seed, "data": asdict(settings.data), "model": asdict(settings.model),
+                         "sft": asdict(settings.sft)},
             "num_examples": len(texts), "final_loss": sum(losses[-50:]) / len(losses[-50:]), "seconds": t.seconds,
             "num_parameters": sum(p.numel() for p in model.parameters())}
     _common.write_json(tmp / "sft_info.json", info)
@@ -355,7 +350,7 @@ def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict
     model, tok = load_checkpoint(checkpoint)
     trainer_cls, cfg = _common.resolve_method(method, overrides)
     kwargs = _common.common_config_kwargs(
-        out_dir, settings.seed, r.steps,
+        out_dir, settings.rl_seed, r.steps,
         per_device_train_batch_size=r.num_generations * r.prompts_per_step,
         num_generations=r.num_generations,
         max_completion_length=r.max_completion_length,
@@ -368,7 +363,7 @@ def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict
     except (TypeError, ValueError) as e:
         raise ValueError(f"method '{method}': {str(e).splitlines()[0]}") from None
     spg = args.steps_per_generation or 1
-    rng = random.Random(settings.seed)
+    rng = random.Random(settings.rl_seed)
     rows = [train[i % len(train)] for i in range(max(len(train), r.steps * r.prompts_per_step * spg + 8))]
     rng.shuffle(rows)
     dataset = Dataset.from_dict({
@@ -408,13 +403,14 @@ def heldout_benchmark(test: list[dict], num_problems: int):
     )
 
 
-def evaluate(model, tok, bench, settings: Settings, out_dir: Path) -> dict:
+def evaluate(model, tok, bench, settings: Settings, out_dir: Path, seed: int | None = None) -> dict:
+    """pass@k and solution multiplicity on `bench`; sampling is seeded by `seed` (default: the experiment's)."""
     from ..eval.harness import run_eval
 
     e = settings.eval
     return run_eval((model, tok), bench, n=e.n_samples, temperature=e.temperature, top_p=e.top_p,
                     max_tokens=settings.rl.max_completion_length, output_dir=out_dir, batch_size=e.batch_size,
-                    seed=settings.seed, diversity=False, semantic=False, backend="transformers", progress=False,
+                    seed=settings.seed if seed is None else seed, diversity=False, semantic=False, backend="transformers", progress=False,
                     overwrite=True, plot=False)
 
 
@@ -440,21 +436,63 @@ def format_table(runs: dict[str, dict], n: int) -> str:
 
 
 def rl_and_eval(method: str, settings: Settings, checkpoint: Path, train: list[dict], bench, output: Path,
-                overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One method: RL from the checkpoint, then the held-out evaluation (a job for `_common.run_jobs`)."""
+                overrides: dict[str, Any] | None = None, name: str | None = None) -> dict[str, Any]:
+    """One method: RL from the checkpoint, then the held-out evaluation (a job for `_common.run_jobs`); `name`
+    (default: the method) names its output folders."""
     import torch
 
-    torch.manual_seed(settings.seed)
+    name = name or method
+    torch.manual_seed(settings.rl_seed)
     restore = _common.quiet_training_logs()
     try:
         cpu0 = _common.cpu_seconds()
-        model, tok, info = train_rl(method, settings, checkpoint, train, output / "rl" / method, overrides)
+        model, tok, info = train_rl(method, settings, checkpoint, train, output / "rl" / name, overrides)
         with _common.Timer() as t_eval:
-            res = evaluate(model, tok, bench, settings, output / "eval" / method)
+            res = evaluate(model, tok, bench, settings, output / "eval" / name, seed=settings.rl_seed)
         cpu = _common.cpu_seconds() - cpu0
     finally:
         restore()
     return {"method": method, "rl": info, "eval": res, "eval_seconds": t_eval.seconds, "cpu_seconds": cpu}
+
+
+@dataclass
+class WarmStart:
+    """What every RL run of an experiment shares: the split, the (cached) SFT checkpoint and its evaluation."""
+
+    train: list[dict]
+    test: list[dict]
+    checkpoint: Path
+    info: dict[str, Any]
+    reused: bool
+    seconds: float
+    bench: Any
+    eval: dict[str, Any]
+    eval_seconds: float
+
+    def describe(self) -> dict[str, Any]:
+        train, test = self.train, self.test
+        return {
+            "checkpoint": str(self.checkpoint),
+            "sft": {**self.info, "reused_cache": self.reused, "seconds_this_run": self.seconds},
+            "split": {"num_train": len(train), "num_test": len(test), "num_test_evaluated": len(self.bench.records),
+                      "train_test_overlap": len({_key(p) for p in train} & {_key(p) for p in test}),
+                      "mean_solutions_per_test_problem": sum(len(p["solutions"]) for p in test) / max(1, len(test))},
+        }
+
+
+def prepare(settings: Settings, cache_dir: Path, output: Path, log=print) -> WarmStart:
+    """Split, warm start (cached) and evaluate the SFT model on the held-out problems."""
+    train, test = make_problems(settings.data, settings.seed)
+    log(f"[countdown-tiny] {len(train)} training and {len(test)} held-out test problems "
+        f"(numbers 1..{settings.data.max_num}, targets 1..{settings.data.max_target})")
+    with _common.Timer() as t_sft:
+        ckpt, sft_info, reused = warm_start(settings, train, cache_dir, log)
+    bench = heldout_benchmark(test, settings.eval.num_problems)
+    with _common.Timer() as t_eval:
+        base, base_tok = load_checkpoint(ckpt)
+        res = evaluate(base.eval(), base_tok, bench, settings, Path(output) / "eval" / "sft")
+    _log_eval(log, "sft", res)
+    return WarmStart(train, test, ckpt, sft_info, reused, t_sft.seconds, bench, res, t_eval.seconds)
 
 
 def run_countdown(methods: list[str], settings: Settings, output: Path, cache_dir: Path,
@@ -468,24 +506,14 @@ def run_countdown(methods: list[str], settings: Settings, output: Path, cache_di
     restore = _common.quiet_training_logs()
     try:
         with _common.Timer() as total:
-            train, test = make_problems(settings.data, settings.seed)
-            log(f"[countdown-tiny] {len(train)} training and {len(test)} held-out test problems "
-                f"(numbers 1..{settings.data.max_num}, targets 1..{settings.data.max_target})")
-            with _common.Timer() as t_sft:
-                ckpt, sft_info, reused = warm_start(settings, train, cache_dir, log)
-            bench = heldout_benchmark(test, settings.eval.num_problems)
-            runs: dict[str, dict] = {}
-            with _common.Timer() as t_eval:
-                base, base_tok = load_checkpoint(ckpt)
-                res = evaluate(base.eval(), base_tok, bench, settings, output / "eval" / "sft")
-            runs["sft"] = {"eval": res, "eval_seconds": t_eval.seconds}
-            _log_eval(log, "sft", res)
-            del base
+            ws = prepare(settings, cache_dir, output, log)
+            runs: dict[str, dict] = {"sft": {"eval": ws.eval, "eval_seconds": ws.eval_seconds}}
 
             def report(r):
                 _log_eval(log, r["method"], r["eval"], r["rl"]["seconds"])
 
-            jobs = [(m, settings, ckpt, train, bench, output, (overrides or {}).get(m)) for m in methods]
+            jobs = [(m, settings, ws.checkpoint, ws.train, ws.bench, output, (overrides or {}).get(m))
+                    for m in methods]
             with _common.Timer() as t_rl:
                 for r in _common.run_jobs(rl_and_eval, jobs, workers=workers, threads=threads, on_result=report):
                     runs[r["method"]] = r
@@ -498,15 +526,11 @@ def run_countdown(methods: list[str], settings: Settings, output: Path, cache_di
         "settings": asdict(settings),
         "methods": methods,
         "overrides": {m: (overrides or {}).get(m, {}) for m in methods},
-        "checkpoint": str(ckpt),
-        "sft": {**sft_info, "reused_cache": reused, "seconds_this_run": t_sft.seconds},
-        "split": {"num_train": len(train), "num_test": len(test), "num_test_evaluated": len(bench.records),
-                  "train_test_overlap": len({_key(p) for p in train} & {_key(p) for p in test}),
-                  "mean_solutions_per_test_problem": sum(len(p["solutions"]) for p in test) / max(1, len(test))},
+        **ws.describe(),
         "results": {name: _compact(r) for name, r in runs.items()},
         "table": table,
         "plot": str(plot) if plot else None,
-        "seconds": {"total": total.seconds, "sft_this_run": t_sft.seconds, "rl_and_eval": t_rl.seconds},
+        "seconds": {"total": total.seconds, "sft_this_run": ws.seconds, "rl_and_eval": t_rl.seconds},
         "workers": workers,
         "threads_per_worker": threads,
         "environment": _common.environment(),
@@ -552,27 +576,122 @@ def _plot(runs: dict[str, dict], out_png: Path) -> Path | None:
                           title="countdown-tiny: pass@k on held-out problems")
 
 
+# ------------------------------------------------------------------------------------------ SFT export
+#: Written next to an exported checkpoint: how it was made and how it does on the held-out problems.
+EXPORT_INFO = "countdown_tiny_sft.json"
+
+
+def export_sft(settings: Settings, cache_dir: Path, export_dir: Path, output: Path, command: str,
+               log=print) -> dict[str, Any]:
+    """Train (or reuse) the warm start, copy it to `export_dir` as a self-contained checkpoint (model + tokenizer,
+    `from_pretrained`-loadable offline) and write `EXPORT_INFO` there: the command, seeds, settings, size and the
+    held-out pass@k, measured on the experiment's held-out problems (evaluation files go to `output`)."""
+    export_dir = Path(export_dir)
+    if export_dir.exists() and (not export_dir.is_dir() or any(export_dir.iterdir())):
+        raise ValueError(f"--export: '{export_dir}' exists and is not an empty folder; choose a new folder")
+    restore = _common.quiet_training_logs()
+    try:
+        ws = prepare(settings, cache_dir, output, log)
+    finally:
+        restore()
+    tmp = export_dir.with_name(export_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(ws.checkpoint, tmp, ignore=shutil.ignore_patterns("sft_info.json"))
+    files = sorted(f.name for f in tmp.iterdir())
+    size = sum(f.stat().st_size for f in tmp.iterdir())
+    summary = ws.eval["summary"]
+    info = {
+        "command": command,
+        "seed": settings.seed,
+        "settings": {"data": asdict(settings.data), "model": asdict(settings.model), "sft": asdict(settings.sft),
+                     "eval": asdict(settings.eval)},
+        "heldout": {"num_problems": summary.get("num_problems"), "n_samples": summary.get("n"),
+                    "temperature": settings.eval.temperature, "top_p": settings.eval.top_p,
+                    "max_new_tokens": settings.rl.max_completion_length},
+        "pass_at_1": summary["pass_at_k"]["1"],
+        "pass_at_k": summary["pass_at_k"],
+        "distinct_correct_per_problem": (summary.get("solution_multiplicity") or {}).get("mean"),
+        "num_parameters": ws.info["num_parameters"],
+        "size_bytes": size,
+        "size_mb": size / 2**20,
+        "files": files,
+        "sft": {k: ws.info[k] for k in ("num_examples", "final_loss", "seconds") if k in ws.info},
+        **{k: v for k, v in ws.describe().items() if k == "split"},
+        "environment": _common.environment(),
+    }
+    _common.write_json(tmp / EXPORT_INFO, info)
+    if export_dir.exists():
+        export_dir.rmdir()
+    tmp.rename(export_dir)
+    return info
+
+
+def export_command(args) -> str:
+    """The command line that reproduces an export (the flags that change the checkpoint or its evaluation)."""
+    parts = ["exploration-trl", "countdown-tiny", "--sft-only", "--export", str(args.export), "--seed", str(args.seed)]
+    if args.quick:
+        parts.append("--quick")
+    for flag in ("sft_steps", "sft_hidden_size", "sft_layers", "n_samples", "num_test"):
+        value = getattr(args, flag)
+        if value is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(value)]
+    import shlex
+
+    return shlex.join(parts)
+
+
 # ------------------------------------------------------------------------------------------ CLI
+def _defaults(section: str, key: str) -> str:
+    default, quick = SETTINGS_TABLE[section][key]
+    return f"default {default:g}; quick {quick:g}"
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "countdown-tiny", help="Countdown (3 numbers) on a CPU: SFT warm start, RL per method, pass@k comparison.",
         description=__doc__.splitlines()[0],
     )
-    p.add_argument("--methods", default=DEFAULT_METHODS,
+    p.add_argument("--methods", default=None,
                    help="Comma-separated methods: grpo, grpo_entropy, progrpo, dsgrpo, casp, kl_cov, clip_cov, or "
-                        "compositions like progrpo+casp (default %(default)s).")
-    p.add_argument("--output", default="runs/countdown_tiny", help="Output folder (default %(default)s).")
+                        f"compositions like progrpo+casp (default {DEFAULT_METHODS}; with --sweep every method of the "
+                        "grid).")
+    p.add_argument("--output", default=None,
+                   help="Output folder (default runs/countdown_tiny; --sweep: runs/countdown_tiny_sweep; --sft-only: "
+                        "runs/countdown_tiny_sft).")
     p.add_argument("--quick", action="store_true", help="A few-minute smoke run (small data, model, RL and eval).")
-    p.add_argument("--seed", type=int, default=0, help="Seed of the split, SFT, RL and sampling (default %(default)s).")
-    p.add_argument("--rl-steps", type=int, default=None, help="RL optimizer steps per method (default 200; quick 4).")
-    p.add_argument("--n-samples", type=int, default=None, help="Samples per test problem (default 64; quick 8).")
-    p.add_argument("--num-test", type=int, default=None, help="Test problems evaluated (default 200; quick 24).")
-    p.add_argument("--rl-learning-rate", type=float, default=None, help="RL step size (Adam; default 1e-4, quick 5e-4).")
-    p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps (default 3000; quick 150).")
+    p.add_argument("--seed", type=int, default=0,
+                   help="Seed of the split, SFT, RL and sampling (default %(default)s).")
+    p.add_argument("--rl-steps", type=int, default=None,
+                   help=f"RL optimizer steps per method ({_defaults('rl', 'steps')}; --sweep: see --sweep).")
+    p.add_argument("--n-samples", type=int, default=None,
+                   help=f"Samples per test problem ({_defaults('eval', 'n_samples')}).")
+    p.add_argument("--num-test", type=int, default=None,
+                   help=f"Test problems evaluated ({_defaults('eval', 'num_problems')}).")
+    p.add_argument("--rl-learning-rate", type=float, default=None,
+                   help=f"RL step size (Adam; {_defaults('rl', 'learning_rate')}).")
+    p.add_argument("--sft-steps", type=int, default=None, help=f"SFT optimizer steps ({_defaults('sft', 'steps')}).")
+    p.add_argument("--sft-hidden-size", type=int, default=None,
+                   help=f"Hidden size of the toy model ({_defaults('model', 'hidden_size')}; a multiple of 8); its MLP "
+                        "width follows as 8/3 x hidden, rounded to a multiple of 16.")
+    p.add_argument("--sft-layers", type=int, default=None,
+                   help=f"Layers of the toy model ({_defaults('model', 'num_hidden_layers')}).")
     p.add_argument("--cache-dir", default=None,
                    help="Where SFT checkpoints are cached (default $XDG_CACHE_HOME/exploration_trl/countdown_tiny).")
     p.add_argument("--config", default=None,
-                   help="YAML mapping method -> {config field: value} (and optional `all:`) overriding RL hyperparameters.")
+                   help="YAML mapping method -> {config field: value} (and optional `all:`) overriding RL "
+                        "hyperparameters (with --sweep: applied under each grid setting).")
+    p.add_argument("--sweep", action="store_true",
+                   help="RL every method over a grid of its strength settings from the same warm start and write "
+                        "frontier.json, frontier.png and sweep.json (pass@1 against pass@k).")
+    p.add_argument("--grid", default=None,
+                   help="With --sweep: YAML mapping method -> list of settings to sweep instead of the built-in grid.")
+    p.add_argument("--rl-seeds", default=None,
+                   help="With --sweep: comma-separated RL seeds per setting (default: --seed); the split and the warm "
+                        "start keep --seed.")
+    p.add_argument("--sft-only", action="store_true",
+                   help="Train only the SFT warm start and export it with --export DIR (checkpoint + held-out pass@k).")
+    p.add_argument("--export", default=None, help="With --sft-only: folder to write the checkpoint to (must not exist).")
     p.add_argument("--workers", type=int, default=2,
                    help="Methods trained in parallel processes (default %(default)s, one per core of a 2-core machine).")
     p.add_argument("--threads", type=int, default=1, help="Torch threads per process (default %(default)s).")
@@ -601,21 +720,49 @@ def settings_from_args(args) -> Settings:
     if args.sft_steps is not None:
         _common.check_positive(args.sft_steps, "--sft-steps")
         s.sft.steps = args.sft_steps
+    if args.sft_hidden_size is not None:
+        if args.sft_hidden_size < 8 or args.sft_hidden_size % 8:
+            raise ValueError(f"--sft-hidden-size must be a positive multiple of 8, got {args.sft_hidden_size}")
+        s.model.hidden_size = args.sft_hidden_size
+        s.model.intermediate_size = 16 * round(8 * args.sft_hidden_size / 3 / 16)
+    if args.sft_layers is not None:
+        _common.check_positive(args.sft_layers, "--sft-layers")
+        s.model.num_hidden_layers = args.sft_layers
     return s
 
 
 def main_from_args(args) -> int:
-    methods = [_common.validate_method(m) for m in _common.parse_list(args.methods, "--methods")]
     settings = settings_from_args(args)
-    overrides = _common.load_overrides(args.config, methods)
     _common.check_positive(args.workers, "--workers")
     _common.check_positive(args.threads, "--threads")
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    result = run_countdown(methods, settings, Path(args.output), cache, overrides, workers=args.workers,
-                           threads=args.threads)
+    if args.export and not args.sft_only:
+        raise ValueError("--export applies to --sft-only; add --sft-only")
+    if args.sft_only:
+        if not args.export:
+            raise ValueError("--sft-only needs --export DIR, the folder to write the checkpoint to")
+        if args.sweep or args.methods:
+            raise ValueError("--sft-only trains no RL method; drop --sweep/--methods")
+        _common.set_threads(args.threads)
+        info = export_sft(settings, cache, Path(args.export), Path(args.output or "runs/countdown_tiny_sft"),
+                          export_command(args))
+        print(f"\nwrote {args.export} ({info['size_mb']:.2f} MB, {info['num_parameters']:,} parameters): held-out "
+              f"pass@1 {100 * info['pass_at_1']:.1f}% on {info['heldout']['num_problems']} problems x "
+              f"{info['heldout']['n_samples']} samples")
+        return 0
+    if args.sweep:
+        from .countdown_sweep import main_sweep
+
+        return main_sweep(args, settings, cache)
+    if args.grid or args.rl_seeds:
+        raise ValueError(f"{'--grid' if args.grid else '--rl-seeds'} applies to a sweep; add --sweep")
+    methods = [_common.validate_method(m) for m in _common.parse_list(args.methods or DEFAULT_METHODS, "--methods")]
+    overrides = _common.load_overrides(args.config, methods)
+    output = Path(args.output or "runs/countdown_tiny")
+    result = run_countdown(methods, settings, output, cache, overrides, workers=args.workers, threads=args.threads)
     print()
     print(f"countdown-tiny: {result['split']['num_test_evaluated']} held-out problems x {settings.eval.n_samples} "
           f"samples (temperature {settings.eval.temperature}); {settings.rl.steps} RL steps per method")
     print(result["table"])
-    print(f"\nwrote {Path(args.output) / 'countdown_tiny.json'} and {result['plot']} in {result['seconds']['total']:.0f}s")
+    print(f"\nwrote {output / 'countdown_tiny.json'} and {result['plot']} in {result['seconds']['total']:.0f}s")
     return 0

@@ -20,7 +20,10 @@ tokenizer, the output layer, the reward function and the generation settings:
   its probability is computed exactly, renormalising over the action tokens at the training temperature (the
   distribution generation samples from); no sampling is involved in the reported numbers.
 
-Training uses plain SGD (see `DEFAULT_OPTIM`). Results, runtimes and what each method did: docs/what_it_shows.md.
+Two policies (`--policy`): `lm` (the default) is the toy Qwen2 above, trained with plain SGD; `tabular` is CaSP's
+own setting, one categorical distribution per tree state (`experiments.tabular`), trained with Adam. `--sweep`
+trains each method over a grid of strengths and draws its accuracy-diversity frontier (`experiments.tree_sweep`).
+Results, runtimes and what each method did: docs/what_it_shows.md.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +44,21 @@ DEFAULT_METHODS = "grpo,grpo_entropy,progrpo,dsgrpo,casp,kl_cov"
 DEFAULT_SEEDS = "0,1,2"
 DEFAULT_STEPS = 200
 DEFAULT_NUM_GENERATIONS = 16
-DEFAULT_LEARNING_RATE = 0.05
-#: Plain SGD (no momentum): with Adam, the near-deterministic policy's all-correct groups (zero gradient) still
-#: moved the weights (momentum) and rare spiky gradients were normalised to full-size steps; runs repeatedly
-#: jumped from ~97% accuracy onto a wrong sequence in one step and never recovered (0 reward -> 0 advantage).
-#: See docs/what_it_shows.md. `--config` with `all: {optim: adamw_torch, learning_rate: 1e-3}` reproduces it.
-DEFAULT_OPTIM = "sgd"
+#: `--sweep --quick` (CI smoke sweep): steps per run and seeds.
+QUICK_SWEEP_STEPS = 40
+QUICK_SWEEP_SEEDS = "0"
+#: The two policies: the toy Qwen2 (`lm`, shared parameters) and CaSP's tabular policy (`experiments.tabular`).
+POLICIES = ("lm", "tabular")
+#: `--optim` names -> `TrainingArguments.optim` (Adam without weight decay: TRL's default `weight_decay` is 0).
+OPTIMIZERS = {"adam": "adamw_torch", "sgd": "sgd"}
+#: Optimizer and step size per policy. `lm`: plain SGD (no momentum), step 0.05. With Adam, the near-deterministic
+#: network's all-correct groups (zero gradient) still moved the weights (momentum) and rare spiky gradients were
+#: normalised to full-size steps; runs jumped from ~97% accuracy onto a wrong sequence in one step and never
+#: recovered (0 reward -> 0 advantage), see docs/what_it_shows.md. `tabular`: Adam, as tabular softmax policies are
+#: usually trained, step 0.1: the smallest of 0.05 / 0.1 with which GRPO passes 99.5% accuracy within 200 steps on
+#: every seed (0.05 stays near 99.2%). The table's logits are independent, so no step leaks between states.
+POLICY_DEFAULTS = {"lm": ("sgd", 0.05), "tabular": ("adam", 0.1)}
+DEFAULT_LEARNING_RATE = POLICY_DEFAULTS["lm"][1]
 #: Toy backbone for the tree (kwargs of `exploration_trl.toy.build_toy_model`).
 DEFAULT_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                      intermediate_size=128)
@@ -101,6 +113,10 @@ class TreeTask:
             raise ValueError("--rewarding lists every sequence; leave at least one non-rewarding sequence")
         return cls(acts, int(horizon), tuple(seqs))
 
+    def describe(self) -> dict[str, Any]:
+        return {"actions": "".join(self.actions), "horizon": self.horizon, "rewarding": list(self.rewarding),
+                "num_sequences": self.num_sequences, "mode_threshold": MODE_THRESHOLD, "prompt": PROMPT}
+
     @property
     def num_sequences(self) -> int:
         return len(self.actions) ** self.horizon
@@ -134,6 +150,54 @@ def build_tree_policy(task: TreeTask, seed: int = 0, mask_head: bool = True, **m
     if mask_head:
         mask_output_head(model, action_token_ids(tok, task))
     return model, tok
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How one tree run trains: the policy, its optimizer and step size (None: `POLICY_DEFAULTS`), the budget."""
+
+    policy: str = "lm"
+    optim: str | None = None
+    learning_rate: float | None = None
+    steps: int = DEFAULT_STEPS
+    num_generations: int = DEFAULT_NUM_GENERATIONS
+    trace_every: int = 0
+    mask_head: bool = True
+    model_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ValueError(f"--policy: unknown policy '{self.policy}'; choose one of {', '.join(POLICIES)}")
+        if self.optim is not None and self.optim not in OPTIMIZERS:
+            raise ValueError(f"--optim: unknown optimizer '{self.optim}'; choose one of {', '.join(OPTIMIZERS)}")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ValueError(f"--learning-rate must be > 0, got {self.learning_rate}")
+
+    def resolved(self) -> TrainSettings:
+        """A copy with the policy's default optimizer and step size filled in."""
+        optim, lr = POLICY_DEFAULTS[self.policy]
+        return replace(self, optim=self.optim or optim,
+                       learning_rate=self.learning_rate if self.learning_rate is not None else lr)
+
+    def describe(self) -> dict[str, Any]:
+        out = asdict(self.resolved())
+        if self.policy == "lm":
+            out["model"] = {**DEFAULT_MODEL, **out.pop("model_kwargs")}
+        else:
+            out.pop("model_kwargs")
+            out.pop("mask_head")
+        return out
+
+
+def build_policy(task: TreeTask, settings: TrainSettings, seed: int = 0):
+    """`(model, tokenizer)` of `settings.policy`: the toy LM (`build_tree_policy`) or the tabular policy (uniform
+    over actions at every state; the seed then only changes sampling)."""
+    if settings.policy == "lm":
+        return build_tree_policy(task, seed=seed, mask_head=settings.mask_head, **settings.model_kwargs)
+    from .tabular import build_tabular_model
+
+    tok = build_tree_tokenizer(task)
+    return build_tabular_model(tok, action_token_ids(tok, task), task.horizon, seed=seed), tok
 
 
 #: Bias of non-action logits in the masked head: exp(-1e4) is exactly 0 in float32, and 0 * -1e4 stays finite.
@@ -273,7 +337,8 @@ def _trace_callback(task, tokenizer, every: int, trace: list, temperature: float
 
 #: Logged training metrics kept in tree.json (means over the run's log entries).
 _KEPT_METRICS = ("reward", "entropy", "casp/forking_frac", "casp/top1_penalty_frac", "kl_cov/selected_tokens",
-                 "progrpo/adjustment_abs_mean", "dsgrpo/bonus_mean", "dsgrpo/penalty_mean", "frac_reward_zero_std")
+                 "clip_cov/selected_tokens", "progrpo/adjustment_abs_mean", "dsgrpo/bonus_mean", "dsgrpo/penalty_mean",
+                 "frac_reward_zero_std", "exploration/lambda_1", "exploration/branching_factor")
 
 
 def _summarise_logs(history: list[dict]) -> dict[str, Any]:
@@ -285,26 +350,26 @@ def _summarise_logs(history: list[dict]) -> dict[str, Any]:
     return out
 
 
-def train_one(task: TreeTask, method: str, seed: int, steps: int, output_dir: str | Path,
-              overrides: dict[str, Any] | None = None, num_generations: int = DEFAULT_NUM_GENERATIONS,
-              learning_rate: float = DEFAULT_LEARNING_RATE, model_kwargs: dict | None = None,
-              trace_every: int = 0, mask_head: bool = True) -> dict[str, Any]:
-    """Train one method from the seed's toy initialisation and return its exact end-of-training metrics."""
+def train_one(task: TreeTask, method: str, seed: int, settings: TrainSettings, output_dir: str | Path,
+              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train one method from the seed's initial policy and return its exact end-of-training metrics."""
     from datasets import Dataset
 
+    settings = settings.resolved()
     restore = _common.quiet_training_logs()
     try:
-        model, tok = build_tree_policy(task, seed=seed, mask_head=mask_head, **(model_kwargs or {}))
+        model, tok = build_policy(task, settings, seed)
         method_overrides = {**TREE_METHOD_DEFAULTS.get(method, {}), **(overrides or {})}
         trainer_cls, cfg_overrides = _common.resolve_method(method, method_overrides)
+        num_generations = settings.num_generations
         kwargs = _common.common_config_kwargs(
-            Path(output_dir) / f"{method}_seed{seed}", seed, steps,
+            Path(output_dir) / f"{method}_seed{seed}", seed, settings.steps,
             per_device_train_batch_size=num_generations,
             num_generations=num_generations,
             max_completion_length=task.horizon,
-            learning_rate=learning_rate,
+            learning_rate=settings.learning_rate,
             generation_kwargs=tree_generation_kwargs(tok, task),
-            optim=DEFAULT_OPTIM,
+            optim=OPTIMIZERS[settings.optim],
         )
         kwargs.update(cfg_overrides)
         try:
@@ -316,13 +381,13 @@ def train_one(task: TreeTask, method: str, seed: int, steps: int, output_dir: st
         reward = _RewardCounter(task, tok)
         trace: list[dict] = []
         spg = args.steps_per_generation or 1
-        rows = max(64, steps * spg * max(1, args.per_device_train_batch_size // num_generations) + 16)
+        rows = max(64, settings.steps * spg * max(1, args.per_device_train_batch_size // num_generations) + 16)
         dataset = Dataset.from_dict({"prompt": [PROMPT] * rows})
         cpu0 = _common.cpu_seconds()
         with _common.Timer() as t:
             trainer = trainer_cls(model=model, processing_class=tok, reward_funcs=reward, args=args,
                                   train_dataset=dataset,
-                                  callbacks=[_trace_callback(task, tok, trace_every, trace, temperature)])
+                                  callbacks=[_trace_callback(task, tok, settings.trace_every, trace, temperature)])
             _common.drop_printer(trainer)
             trainer.train()
         final = exact_metrics(trainer.model, tok, task, temperature)
@@ -331,7 +396,7 @@ def train_one(task: TreeTask, method: str, seed: int, steps: int, output_dir: st
         return {
             "method": method,
             "seed": seed,
-            "steps": steps,
+            "steps": settings.steps,
             "seconds": t.seconds,
             "cpu_seconds": _common.cpu_seconds() - cpu0,
             "config": dict(cfg_overrides),
@@ -444,23 +509,19 @@ def plot_tree(task: TreeTask, runs: list[dict], out_png: str | Path, title: str 
         fig.suptitle(title or f"Tree (|A|={len(task.actions)}, H={task.horizon}): exact final mass of each rewarding "
                      "sequence (green) and of all others (red)", fontsize=9)
         fig.tight_layout()
-        out = Path(out_png)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110)
+        return _common.save_figure(fig, out_png, dpi=110)
     finally:
         plt.close(fig)
-    return out
 
 
-def run_tree(task: TreeTask, methods: Sequence[str], seeds: Sequence[int], steps: int, output: str | Path,
-             overrides: dict[str, dict[str, Any]] | None = None, num_generations: int = DEFAULT_NUM_GENERATIONS,
-             learning_rate: float = DEFAULT_LEARNING_RATE, model_kwargs: dict | None = None, trace_every: int = 0,
-             plot: bool = True, workers: int = 1, threads: int | None = 1, log=print) -> dict[str, Any]:
+def run_tree(task: TreeTask, methods: Sequence[str], seeds: Sequence[int], settings: TrainSettings,
+             output: str | Path, overrides: dict[str, dict[str, Any]] | None = None, plot: bool = True,
+             workers: int = 1, threads: int | None = 1, log=print) -> dict[str, Any]:
     """Train every (method, seed), write `output/tree.json` (+ `tree.png`), return the JSON content."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    jobs = [(task, method, seed, steps, output / "runs", (overrides or {}).get(method), num_generations,
-             learning_rate, model_kwargs, trace_every) for method in methods for seed in seeds]
+    jobs = [(task, method, seed, settings, output / "runs", (overrides or {}).get(method))
+            for method in methods for seed in seeds]
 
     def report(r):
         f = r["final"]
@@ -472,12 +533,9 @@ def run_tree(task: TreeTask, methods: Sequence[str], seeds: Sequence[int], steps
     summary = summarise(task, runs)
     result = {
         "experiment": "tree",
-        "task": {"actions": "".join(task.actions), "horizon": task.horizon, "rewarding": list(task.rewarding),
-                 "num_sequences": task.num_sequences, "mode_threshold": MODE_THRESHOLD, "prompt": PROMPT},
-        "settings": {"methods": list(methods), "seeds": list(seeds), "steps": steps,
-                     "num_generations": num_generations, "per_device_train_batch_size": num_generations,
-                     "learning_rate": learning_rate, "optim": DEFAULT_OPTIM,
-                     "model": {**DEFAULT_MODEL, **(model_kwargs or {})},
+        "task": task.describe(),
+        "settings": {"methods": list(methods), "seeds": list(seeds), **settings.describe(),
+                     "per_device_train_batch_size": settings.num_generations,
                      "overrides": {m: (overrides or {}).get(m, {}) for m in methods},
                      "tree_method_defaults": {m: TREE_METHOD_DEFAULTS.get(m, {}) for m in methods}},
         "summary": summary,
@@ -499,53 +557,82 @@ def run_tree(task: TreeTask, methods: Sequence[str], seeds: Sequence[int], steps
 # ------------------------------------------------------------------------------------------ CLI
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "tree", help="CaSP's multi-mode tree (Sec. 4.3 / Fig. 5) with the real trainers on the toy LM.",
+        "tree", help="CaSP's multi-mode tree (Sec. 4.3 / Fig. 5) with the real trainers, on the toy LM or a table.",
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--actions", default=DEFAULT_ACTIONS, help="Action symbols, one character each (default %(default)s).")
     p.add_argument("--horizon", type=int, default=DEFAULT_HORIZON, help="Actions per sequence (default %(default)s).")
     p.add_argument("--rewarding", default=DEFAULT_REWARDING, help="Comma-separated rewarding sequences (default %(default)s).")
-    p.add_argument("--methods", default=DEFAULT_METHODS,
+    p.add_argument("--policy", default="lm", choices=POLICIES,
+                   help="lm: the toy Qwen2 (shared parameters); tabular: one categorical distribution per tree state, "
+                        "CaSP's toy (default %(default)s).")
+    p.add_argument("--optim", default=None, choices=list(OPTIMIZERS),
+                   help="Optimizer (default: sgd for lm, adam for tabular).")
+    p.add_argument("--methods", default=None,
                    help="Comma-separated methods: grpo, grpo_entropy (GRPO + TRL entropy_coef), progrpo, dsgrpo, casp, "
-                        "kl_cov, clip_cov, or compositions like progrpo+casp (default %(default)s).")
-    p.add_argument("--seeds", default=DEFAULT_SEEDS, help="Comma-separated seeds (default %(default)s).")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="Optimizer steps per run (default %(default)s).")
+                        "kl_cov, clip_cov, or compositions like progrpo+casp (default: "
+                        f"{DEFAULT_METHODS}; with --sweep every method of the grid).")
+    p.add_argument("--seeds", default=None,
+                   help=f"Comma-separated seeds (default {DEFAULT_SEEDS}; --sweep --quick: 0).")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"Optimizer steps per run (default {DEFAULT_STEPS}; --sweep --quick: {QUICK_SWEEP_STEPS}).")
     p.add_argument("--num-generations", type=int, default=DEFAULT_NUM_GENERATIONS,
                    help="Completions per step, one group (default %(default)s).")
-    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="SGD step size (default %(default)s).")
+    p.add_argument("--learning-rate", type=float, default=None,
+                   help="Step size (default: 0.05 for lm, 0.1 for tabular).")
     p.add_argument("--trace-every", type=int, default=0,
                    help="Also record the exact accuracy/modes/entropy every N steps (0: off).")
     p.add_argument("--config", default=None,
-                   help="YAML mapping method -> {config field: value} (and optional `all:`) overriding hyperparameters.")
-    p.add_argument("--output", default="runs/tree", help="Output folder for tree.json and tree.png (default %(default)s).")
-    p.add_argument("--no-plot", action="store_true", help="Skip tree.png.")
+                   help="YAML mapping method -> {config field: value} (and optional `all:`) overriding hyperparameters "
+                        "(with --sweep: applied under each grid setting).")
+    p.add_argument("--sweep", action="store_true",
+                   help="Train every method over a grid of its strength settings and write frontier.json, "
+                        "frontier.png and sweep.json (accuracy against modes covered).")
+    p.add_argument("--grid", default=None,
+                   help="With --sweep: YAML mapping method -> list of settings to sweep instead of the built-in grid "
+                        "(a sweep writes its best settings in this format as best_settings.yaml).")
+    p.add_argument("--quick", action="store_true", help="With --sweep: a one-seed, short, small-grid smoke sweep.")
+    p.add_argument("--output", default=None,
+                   help="Output folder (default runs/tree; with --sweep runs/tree_sweep).")
+    p.add_argument("--no-plot", action="store_true", help="Skip the plots.")
     p.add_argument("--workers", type=int, default=2,
                    help="Runs trained in parallel processes (default %(default)s, one per core of a 2-core machine).")
     p.add_argument("--threads", type=int, default=1, help="Torch threads per process (default %(default)s).")
     p.set_defaults(func=main_from_args)
 
 
-def main_from_args(args) -> int:
-    task = TreeTask.from_flags(args.actions, args.horizon, args.rewarding)
-    methods = [_common.validate_method(m) for m in _common.parse_list(args.methods, "--methods")]
-    seeds = _common.parse_int_list(args.seeds, "--seeds")
-    _common.check_positive(args.steps, "--steps")
+def settings_from_args(args) -> TrainSettings:
+    steps = args.steps if args.steps is not None else (QUICK_SWEEP_STEPS if args.quick else DEFAULT_STEPS)
+    _common.check_positive(steps, "--steps")
     _common.check_positive(args.num_generations, "--num-generations", 2)
-    if not args.learning_rate > 0:
-        raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}")
     if args.trace_every < 0:
         raise ValueError(f"--trace-every must be >= 0, got {args.trace_every}")
+    return TrainSettings(policy=args.policy, optim=args.optim, learning_rate=args.learning_rate, steps=steps,
+                         num_generations=args.num_generations, trace_every=args.trace_every)
+
+
+def main_from_args(args) -> int:
+    task = TreeTask.from_flags(args.actions, args.horizon, args.rewarding)
+    settings = settings_from_args(args)
     _common.check_positive(args.workers, "--workers")
     _common.check_positive(args.threads, "--threads")
+    if args.sweep:
+        from .tree_sweep import main_sweep
+
+        return main_sweep(args, task, settings)
+    if args.quick or args.grid:
+        raise ValueError(f"{'--quick' if args.quick else '--grid'} applies to a sweep; add --sweep")
+    methods = [_common.validate_method(m) for m in _common.parse_list(args.methods or DEFAULT_METHODS, "--methods")]
+    seeds = _common.parse_int_list(args.seeds or DEFAULT_SEEDS, "--seeds")
     overrides = _common.load_overrides(args.config, methods)
-    result = run_tree(task, methods, seeds, args.steps, args.output, overrides, args.num_generations,
-                      args.learning_rate, trace_every=args.trace_every, plot=not args.no_plot,
+    output = Path(args.output or "runs/tree")
+    result = run_tree(task, methods, seeds, settings, output, overrides, plot=not args.no_plot,
                       workers=args.workers, threads=args.threads)
     print()
-    print(f"Tree: actions {''.join(task.actions)}, horizon {task.horizon}, {len(task.rewarding)} rewarding of "
-          f"{task.num_sequences} sequences; {args.steps} steps x {args.num_generations} completions; "
-          f"mean ± std over seeds {','.join(map(str, seeds))}; masses in %")
+    print(f"Tree ({settings.policy} policy): actions {''.join(task.actions)}, horizon {task.horizon}, "
+          f"{len(task.rewarding)} rewarding of {task.num_sequences} sequences; {settings.steps} steps x "
+          f"{settings.num_generations} completions; mean ± std over seeds {','.join(map(str, seeds))}; masses in %")
     print(result["table"])
-    print(f"\nwrote {Path(args.output) / 'tree.json'}" + (f" and {result['plot']}" if result.get("plot") else "")
+    print(f"\nwrote {output / 'tree.json'}" + (f" and {result['plot']}" if result.get("plot") else "")
           + f" in {result['seconds_total']:.0f}s")
     return 0
