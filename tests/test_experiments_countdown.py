@@ -119,3 +119,72 @@ def test_quick_end_to_end(tmp_path, capsys):
     train, _ = cd.make_problems(settings.data, settings.seed)
     path, info, reused = cd.warm_start(settings, train, cache, log=lambda *_: None)
     assert reused and str(path) == data["checkpoint"] and info["num_parameters"] > 0
+
+
+def test_settings_table_gives_both_presets():
+    default, quick = cd.Settings(seed=3), cd.quick_settings(3)
+    for section, table in cd.SETTINGS_TABLE.items():
+        for key, (d, q) in table.items():
+            assert getattr(getattr(default, section), key) == d and getattr(getattr(quick, section), key) == q
+    assert default.rl_seed == 3
+    default.rl.seed = 5
+    assert default.rl_seed == 5 and cd.Settings().rl.seed is None  # sections are not shared between instances
+
+
+def test_quick_sweep_writes_the_frontier(tmp_path, capsys):
+    from exploration_trl.experiments import countdown_sweep
+
+    out = tmp_path / "sweep"
+    args = _parse("--quick", "--sweep", "--workers", "1", "--output", str(out), "--cache-dir", str(tmp_path / "cache"))
+    assert cd.main_from_args(args) == 0
+    assert "Best setting per method" in capsys.readouterr().out
+
+    data = json.loads((out / "frontier.json").read_text())
+    assert set(data) == {"rows"}
+    n = cd.quick_settings().eval.n_samples
+    metric_keys = {"pass_at_1", "pass_at_k", "distinct_correct", "entropy"}
+    for row in data["rows"]:
+        assert set(row) == {"method", "setting", "seeds", "k"} | metric_keys and row["k"] == n
+        for key in metric_keys:
+            assert set(row[key]) == {"mean", "std"} and math.isfinite(row[key]["mean"])
+        assert 0 <= row["pass_at_1"]["mean"] <= row["pass_at_k"]["mean"] <= 1
+    assert [r["method"] for r in data["rows"]] == ["initial_policy", *(m for m, _ in countdown_sweep.QUICK_GRID)]
+    assert (out / "frontier.png").stat().st_size > 5000
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["split"]["train_test_overlap"] == 0 and sweep["rl_seeds"] == [0]
+    assert all(r["rl"]["seconds"] > 0 for r in sweep["runs"])
+    # The initial policy row is the warm start's own evaluation.
+    sft_eval = json.loads(next((out / "eval" / "sft").glob("*.json")).read_text())
+    assert data["rows"][0]["pass_at_1"]["mean"] == pytest.approx(sft_eval["summary"]["pass_at_k"]["1"])
+
+
+def test_sft_only_export_is_a_loadable_checkpoint(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    export = tmp_path / "ckpt"
+    args = _parse("--quick", "--sft-only", "--export", str(export), "--output", str(tmp_path / "out"),
+                  "--cache-dir", str(tmp_path / "cache"))
+    assert cd.main_from_args(args) == 0
+    info = json.loads((export / cd.EXPORT_INFO).read_text())
+    assert info["command"].startswith("exploration-trl countdown-tiny --sft-only --export") and "--quick" in info["command"]
+    assert info["seed"] == 0 and info["settings"]["model"]["hidden_size"] == cd.quick_settings().model.hidden_size
+    assert info["heldout"]["num_problems"] == cd.quick_settings().eval.num_problems
+    assert 0 <= info["pass_at_1"] <= info["pass_at_k"][str(info["heldout"]["n_samples"])] <= 1
+    files = {f.name for f in export.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", cd.EXPORT_INFO} <= files
+    assert info["size_mb"] == pytest.approx(sum((export / f).stat().st_size for f in info["files"]) / 2**20)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = AutoModelForCausalLM.from_pretrained(export)
+    tok = AutoTokenizer.from_pretrained(export)
+    assert sum(p.numel() for p in model.parameters()) == info["num_parameters"]
+    prompt = cd.prompt_text([3, 4, 5], 17)
+    assert tok.decode(tok(prompt)["input_ids"]) == prompt  # spaces and newlines survive the reload
+
+    # Nothing is overwritten, and --export needs --sft-only (and the reverse).
+    with pytest.raises(ValueError, match="--export: .* is not an empty folder"):
+        cd.main_from_args(args)
+    with pytest.raises(ValueError, match="--export applies to --sft-only"):
+        cd.main_from_args(_parse("--quick", "--export", str(tmp_path / "x")))
+    with pytest.raises(ValueError, match="--sft-only needs --export"):
+        cd.main_from_args(_parse("--quick", "--sft-only"))
