@@ -56,20 +56,15 @@ def test_exact_enumeration_matches_brute_force(temperature, mask_head):
     assert max(exact) > 0.2  # the policy is far from uniform, so the check is not trivial
 
 
-@pytest.mark.parametrize("mask_head", [True, False])
-def test_generation_emits_exactly_horizon_actions_and_matches_exact_distribution(mask_head):
-    """`tree_generation_kwargs` as TRL passes them to `generate`: every completion is H action tokens, and the
-    empirical sequence frequencies match the exact distribution (with and without the masked head)."""
+def _sample_counts(model, tok, task, n, eos_token_id, seed=0):
+    """Counts of each action sequence in `n` completions generated with `tree_generation_kwargs`, as TRL passes them
+    to `generate`; asserts every completion is exactly `horizon` action tokens."""
     from transformers import GenerationConfig
 
-    task = _task("ABC", 2, "AB,CA")
-    model, tok = _peaky_policy(task, seed=5, mask_head=mask_head)
     gen = dict(max_new_tokens=task.horizon, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-               pad_token_id=tok.pad_token_id, eos_token_id=model.generation_config.eos_token_id,
-               **tree.tree_generation_kwargs(tok, task))
+               pad_token_id=tok.pad_token_id, eos_token_id=eos_token_id, **tree.tree_generation_kwargs(tok, task))
     prompt = torch.tensor([tok(tree.PROMPT, add_special_tokens=False)["input_ids"]])
-    n = 4000
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(input_ids=prompt.expand(n, -1), attention_mask=torch.ones(n, prompt.size(1), dtype=torch.long),
                              generation_config=GenerationConfig(**gen))
@@ -80,6 +75,17 @@ def test_generation_emits_exactly_horizon_actions_and_matches_exact_distribution
     for row in completions.tolist():
         assert all(i in id_to_action for i in row)
         counts["".join(id_to_action[i] for i in row)] += 1
+    return counts
+
+
+@pytest.mark.parametrize("mask_head", [True, False])
+def test_generation_emits_exactly_horizon_actions_and_matches_exact_distribution(mask_head):
+    """`tree_generation_kwargs` as TRL passes them to `generate`: every completion is H action tokens, and the
+    empirical sequence frequencies match the exact distribution (with and without the masked head)."""
+    task = _task("ABC", 2, "AB,CA")
+    model, tok = _peaky_policy(task, seed=5, mask_head=mask_head)
+    n = 4000
+    counts = _sample_counts(model, tok, task, n, model.generation_config.eos_token_id)
     exact = dict(zip(task.sequences(), tree.sequence_log_probs(model, tok, task, 1.0).exp().tolist()))
     tv = 0.5 * sum(abs(counts[s] / n - exact[s]) for s in exact)
     assert tv < 0.04, (tv, counts, exact)
@@ -204,8 +210,6 @@ def test_tabular_policy_exact_distribution_matches_sampling():
 
     Bound: E[TV] <= 1/2 sum_i sqrt(p_i (1 - p_i) / n) (Jensen, per sequence), and TV moves by at most 1/n per sample,
     so by McDiarmid P(TV > E[TV] + t) <= exp(-2 n t^2); t = sqrt(ln(1000) / (2 n)) makes a false failure < 0.1%."""
-    from transformers import GenerationConfig
-
     task = tree.TreeTask.from_flags("ABCD", 3, tree.DEFAULT_REWARDING)
     model, tok = _tabular(task, init_std=1.5, seed=7)
     exact = tree.sequence_log_probs(model, tok, task, 1.0).exp().tolist()
@@ -213,19 +217,7 @@ def test_tabular_policy_exact_distribution_matches_sampling():
     assert sum(exact) == pytest.approx(1.0, abs=1e-9) and max(exact) > 0.1  # far from uniform (1/64)
 
     n = 4000
-    gen = dict(max_new_tokens=task.horizon, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-               pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **tree.tree_generation_kwargs(tok, task))
-    prompt = torch.tensor([tok(tree.PROMPT, add_special_tokens=False)["input_ids"]])
-    torch.manual_seed(0)
-    with torch.no_grad():
-        out = model.generate(input_ids=prompt.expand(n, -1), attention_mask=torch.ones(n, prompt.size(1), dtype=torch.long),
-                             generation_config=GenerationConfig(**gen))
-    completions = out[:, prompt.size(1):]
-    assert completions.shape == (n, task.horizon)
-    id_to_action = dict(zip(tree.action_token_ids(tok, task), task.actions))
-    counts = dict.fromkeys(task.sequences(), 0)
-    for row in completions.tolist():
-        counts["".join(id_to_action[i] for i in row)] += 1
+    counts = _sample_counts(model, tok, task, n, tok.eos_token_id)
     empirical = [counts[s] / n for s in task.sequences()]
     tv = 0.5 * sum(abs(e - p) for e, p in zip(empirical, exact))
     bound = 0.5 * sum(math.sqrt(p * (1 - p) / n) for p in exact) + math.sqrt(math.log(1000) / (2 * n))

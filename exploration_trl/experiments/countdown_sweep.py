@@ -87,28 +87,22 @@ def run_sweep(points: list[frontier.Point], settings: countdown_tiny.Settings, r
               cache_dir: Path, overrides: dict[str, dict] | None = None, plot: bool = True, workers: int = 1,
               threads: int | None = 1, log=print) -> dict[str, Any]:
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    _common.set_threads(threads)
-    restore = _common.quiet_training_logs()
-    try:
-        with _common.Timer() as total:
-            ws = countdown_tiny.prepare(settings, cache_dir, output, log)
-            jobs = [(m, dict(s), seed, settings, ws.checkpoint, ws.train, ws.bench, output, f"p{i:03d}_seed{seed}",
-                     (overrides or {}).get(m)) for i, (m, s) in enumerate(points) for seed in rl_seeds]
-            done = [0]
+    with _common.Timer() as total:
+        ws = countdown_tiny.prepare(settings, cache_dir, output, threads, log)
+        jobs = [(m, dict(s), seed, settings, ws.checkpoint, ws.train, ws.bench, output, f"p{i:03d}_seed{seed}",
+                 (overrides or {}).get(m)) for i, (m, s) in enumerate(points) for seed in rl_seeds]
+        done = [0]
 
-            def report(r):
-                done[0] += 1
-                log(f"[countdown sweep] {done[0]}/{len(jobs)} {r['method']} "
-                    f"{frontier.setting_label(r['setting'], PREFIXES)} seed {r['seed']}: pass@1 "
-                    f"{100 * r['pass_at_1']:.1f}%, pass@{r['k']} {100 * r['pass_at_k']:.1f}% (RL {r['rl']['seconds']:.0f}s)")
+        def report(r):
+            done[0] += 1
+            log(f"[countdown sweep] {done[0]}/{len(jobs)} {r['method']} {frontier.setting_label(r['setting'], PREFIXES)} "
+                f"seed {r['seed']}: pass@1 {100 * r['pass_at_1']:.1f}%, pass@{r['k']} {100 * r['pass_at_k']:.1f}% "
+                f"(RL {r['rl']['seconds']:.0f}s)")
 
-            log(f"[countdown sweep] {len(points)} settings x {len(rl_seeds)} RL seed(s) = {len(jobs)} runs, "
-                f"{workers} worker(s)")
-            with _common.Timer() as t_rl:
-                runs = _common.run_jobs(sweep_job, jobs, workers=workers, threads=threads, on_result=report)
-    finally:
-        restore()
+        log(f"[countdown sweep] {len(points)} settings x {len(rl_seeds)} RL seed(s) = {len(jobs)} runs, "
+            f"{workers} worker(s)")
+        with _common.Timer() as t_rl:
+            runs = _common.run_jobs(sweep_job, jobs, workers=workers, threads=threads, on_result=report)
     k = settings.eval.n_samples
     initial = {"method": frontier.INITIAL, "setting": {}, "seed": settings.seed, **_metrics(ws.eval)}
     rows = [{**row, "k": k} for row in frontier.aggregate([initial, *runs], METRICS)]
@@ -144,27 +138,18 @@ def run_sweep(points: list[frontier.Point], settings: countdown_tiny.Settings, r
 
 
 def main_sweep(args, settings: countdown_tiny.Settings, cache_dir: Path) -> int:
-    points = frontier.load_grid(args.grid, _common.validate_method) if args.grid else \
-        (QUICK_GRID if args.quick else COUNTDOWN_GRID)
-    if args.methods:
-        methods = [_common.validate_method(m) for m in _common.parse_list(args.methods, "--methods")]
-        points = frontier.select_methods(points, methods)
-    methods = list(dict.fromkeys(m for m, _ in points))
+    points, methods = frontier.sweep_points(args, COUNTDOWN_GRID, QUICK_GRID)
     rl_seeds = _common.parse_int_list(args.rl_seeds, "--rl-seeds") if args.rl_seeds else [settings.seed]
     overrides = _common.load_overrides(args.config, methods)
     output = Path(args.output or "runs/countdown_tiny_sweep")
     result = run_sweep(points, settings, rl_seeds, output, cache_dir, overrides, workers=args.workers,
                        threads=args.threads)
-    k = settings.eval.n_samples
-    print()
-    print(f"countdown-tiny sweep: {len(points)} settings x RL seeds {','.join(map(str, rl_seeds))}, "
-          f"{settings.rl.steps} RL steps each; {result['split']['num_test_evaluated']} held-out problems x {k} samples")
-    print(result["table"])
-    rule = result["findings"].get("rule")
-    if rule:
-        print(f"\nBest setting per method: highest pass@{k} with pass@1 >= {100 * rule['floor']:.1f}% (GRPO - "
-              f"{100 * PASS1_TOLERANCE:g} points); beats the entropy bonus: pass@{k} > {100 * PASSK_MARGIN:g} points "
-              "above every entropy-bonus setting at least as accurate")
-        print(result["findings_table"])
-    print(f"\nwrote {output / 'frontier.json'}, {result.get('plot')} and sweep.json in {result['seconds']['total']:.0f}s")
+    k, rule = settings.eval.n_samples, result["findings"].get("rule", {})
+    frontier.print_summary(
+        f"countdown-tiny sweep: {len(points)} settings x RL seeds {','.join(map(str, rl_seeds))}, {settings.rl.steps} "
+        f"RL steps each; {result['split']['num_test_evaluated']} held-out problems x {k} samples", result,
+        f"highest pass@{k} with pass@1 >= {100 * rule.get('floor', float('nan')):.1f}% (GRPO - "
+        f"{100 * PASS1_TOLERANCE:g} points); beats the entropy bonus: pass@{k} > {100 * PASSK_MARGIN:g} points above "
+        "every entropy-bonus setting at least as accurate",
+        f"wrote {output / 'frontier.json'}, {result.get('plot')} and sweep.json in {result['seconds']['total']:.0f}s")
     return 0

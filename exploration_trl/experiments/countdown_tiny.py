@@ -32,7 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from . import _common
+from . import _common, frontier
 
 DEFAULT_METHODS = "grpo,grpo_entropy,progrpo,dsgrpo,casp,kl_cov"
 OPS = ("+", "-", "*", "/")
@@ -480,17 +480,23 @@ class WarmStart:
         }
 
 
-def prepare(settings: Settings, cache_dir: Path, output: Path, log=print) -> WarmStart:
-    """Split, warm start (cached) and evaluate the SFT model on the held-out problems."""
-    train, test = make_problems(settings.data, settings.seed)
-    log(f"[countdown-tiny] {len(train)} training and {len(test)} held-out test problems "
-        f"(numbers 1..{settings.data.max_num}, targets 1..{settings.data.max_target})")
-    with _common.Timer() as t_sft:
-        ckpt, sft_info, reused = warm_start(settings, train, cache_dir, log)
-    bench = heldout_benchmark(test, settings.eval.num_problems)
-    with _common.Timer() as t_eval:
-        base, base_tok = load_checkpoint(ckpt)
-        res = evaluate(base.eval(), base_tok, bench, settings, Path(output) / "eval" / "sft")
+def prepare(settings: Settings, cache_dir: Path, output: Path, threads: int | None = 1, log=print) -> WarmStart:
+    """Split, warm start (cached) and evaluate the SFT model on the held-out problems (files under `output`)."""
+    Path(output).mkdir(parents=True, exist_ok=True)
+    _common.set_threads(threads)
+    restore = _common.quiet_training_logs()
+    try:
+        train, test = make_problems(settings.data, settings.seed)
+        log(f"[countdown-tiny] {len(train)} training and {len(test)} held-out test problems "
+            f"(numbers 1..{settings.data.max_num}, targets 1..{settings.data.max_target})")
+        with _common.Timer() as t_sft:
+            ckpt, sft_info, reused = warm_start(settings, train, cache_dir, log)
+        bench = heldout_benchmark(test, settings.eval.num_problems)
+        with _common.Timer() as t_eval:
+            base, base_tok = load_checkpoint(ckpt)
+            res = evaluate(base.eval(), base_tok, bench, settings, Path(output) / "eval" / "sft")
+    finally:
+        restore()
     _log_eval(log, "sft", res)
     return WarmStart(train, test, ckpt, sft_info, reused, t_sft.seconds, bench, res, t_eval.seconds)
 
@@ -501,24 +507,17 @@ def run_countdown(methods: list[str], settings: Settings, output: Path, cache_di
     """Split, warm start (cached), evaluate the SFT model, then RL + evaluate every method; writes
     `output/countdown_tiny.json` and `output/pass_at_k.png` and returns the JSON content."""
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    _common.set_threads(threads)
-    restore = _common.quiet_training_logs()
-    try:
-        with _common.Timer() as total:
-            ws = prepare(settings, cache_dir, output, log)
-            runs: dict[str, dict] = {"sft": {"eval": ws.eval, "eval_seconds": ws.eval_seconds}}
+    with _common.Timer() as total:
+        ws = prepare(settings, cache_dir, output, threads, log)
+        runs: dict[str, dict] = {"sft": {"eval": ws.eval, "eval_seconds": ws.eval_seconds}}
 
-            def report(r):
-                _log_eval(log, r["method"], r["eval"], r["rl"]["seconds"])
+        def report(r):
+            _log_eval(log, r["method"], r["eval"], r["rl"]["seconds"])
 
-            jobs = [(m, settings, ws.checkpoint, ws.train, ws.bench, output, (overrides or {}).get(m))
-                    for m in methods]
-            with _common.Timer() as t_rl:
-                for r in _common.run_jobs(rl_and_eval, jobs, workers=workers, threads=threads, on_result=report):
-                    runs[r["method"]] = r
-    finally:
-        restore()
+        jobs = [(m, settings, ws.checkpoint, ws.train, ws.bench, output, (overrides or {}).get(m)) for m in methods]
+        with _common.Timer() as t_rl:
+            for r in _common.run_jobs(rl_and_eval, jobs, workers=workers, threads=threads, on_result=report):
+                runs[r["method"]] = r
     table = format_table(runs, settings.eval.n_samples)
     plot = _plot(runs, output / "pass_at_k.png")
     result = {
@@ -589,11 +588,7 @@ def export_sft(settings: Settings, cache_dir: Path, export_dir: Path, output: Pa
     export_dir = Path(export_dir)
     if export_dir.exists() and (not export_dir.is_dir() or any(export_dir.iterdir())):
         raise ValueError(f"--export: '{export_dir}' exists and is not an empty folder; choose a new folder")
-    restore = _common.quiet_training_logs()
-    try:
-        ws = prepare(settings, cache_dir, output, log)
-    finally:
-        restore()
+    ws = prepare(settings, cache_dir, output, log=log)
     tmp = export_dir.with_name(export_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -681,11 +676,7 @@ def register(subparsers) -> None:
     p.add_argument("--config", default=None,
                    help="YAML mapping method -> {config field: value} (and optional `all:`) overriding RL "
                         "hyperparameters (with --sweep: applied under each grid setting).")
-    p.add_argument("--sweep", action="store_true",
-                   help="RL every method over a grid of its strength settings from the same warm start and write "
-                        "frontier.json, frontier.png and sweep.json (pass@1 against pass@k).")
-    p.add_argument("--grid", default=None,
-                   help="With --sweep: YAML mapping method -> list of settings to sweep instead of the built-in grid.")
+    frontier.add_sweep_arguments(p, "pass@1 against pass@k, from the same warm start")
     p.add_argument("--rl-seeds", default=None,
                    help="With --sweep: comma-separated RL seeds per setting (default: --seed); the split and the warm "
                         "start keep --seed.")
@@ -743,7 +734,6 @@ def main_from_args(args) -> int:
             raise ValueError("--sft-only needs --export DIR, the folder to write the checkpoint to")
         if args.sweep or args.methods:
             raise ValueError("--sft-only trains no RL method; drop --sweep/--methods")
-        _common.set_threads(args.threads)
         info = export_sft(settings, cache, Path(args.export), Path(args.output or "runs/countdown_tiny_sft"),
                           export_command(args))
         print(f"\nwrote {args.export} ({info['size_mb']:.2f} MB, {info['num_parameters']:,} parameters): held-out "

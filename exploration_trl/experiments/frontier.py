@@ -82,7 +82,26 @@ def load_grid(path: str | Path, validate: Callable[[str], str]) -> list[Point]:
     return unique(points)
 
 
-def setting_label(setting: Mapping[str, Any], prefixes: Sequence[str] = ()) -> str:
+def add_sweep_arguments(parser, what: str) -> None:
+    """`--sweep` and `--grid`, shared by the experiments' parsers; `what` says what the frontier plots."""
+    parser.add_argument("--sweep", action="store_true",
+                        help="Train every method over a grid of its strength settings and write frontier.json, "
+                             f"frontier.png and sweep.json ({what}).")
+    parser.add_argument("--grid", default=None,
+                        help="With --sweep: YAML mapping method -> list of settings to sweep instead of the built-in "
+                             "grid (`tree --sweep` writes its best settings in this format as best_settings.yaml).")
+
+
+def sweep_points(args, default: Sequence[Point], quick: Sequence[Point]) -> tuple[list[Point], list[str]]:
+    """The points a sweep trains (`--grid` file, else the quick or the default grid, restricted to `--methods`)
+    and their methods."""
+    points = load_grid(args.grid, _common.validate_method) if args.grid else list(quick if args.quick else default)
+    if args.methods:
+        points = select_methods(points, [_common.validate_method(m) for m in _common.parse_list(args.methods, "--methods")])
+    return points, list(dict.fromkeys(m for m, _ in points))
+
+
+setting: Mapping[str, Any], prefixes: Sequence[str] = ()) -> str:
     """`"alpha=0.1, tau=0.4"` (config field names without the method prefixes in `prefixes`); `"defaults"` if empty."""
     parts = []
     for name, value in setting.items():
@@ -185,6 +204,14 @@ def best_points(found: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 # ------------------------------------------------------------------------------------------ tables and plots
+def print_summary(headline: str, result: Mapping[str, Any], rule: str, footer: str) -> None:
+    """The end-of-sweep console report: the frontier table, the selection rule and each method's best setting."""
+    print(f"\n{headline}\n{result['table']}")
+    if result["findings"].get("rule"):
+        print(f"\nBest setting per method: {rule}\n{result['findings_table']}")
+    print(f"\n{footer}")
+
+
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, int, float]],
                  prefixes: Sequence[str] = ()) -> str:
     """Markdown table, one line per row; `columns` are `(metric key, header, digits, scale)`."""

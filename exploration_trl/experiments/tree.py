@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import _common
+from . import _common, frontier
 
 DEFAULT_ACTIONS = "ABCD"
 DEFAULT_HORIZON = 3
@@ -44,6 +44,8 @@ DEFAULT_METHODS = "grpo,grpo_entropy,progrpo,dsgrpo,casp,kl_cov"
 DEFAULT_SEEDS = "0,1,2"
 DEFAULT_STEPS = 200
 DEFAULT_NUM_GENERATIONS = 16
+#: `--sweep` seeds: 4 seeds keep the default tabular sweep (72 settings) under 15 minutes on 2 cores.
+DEFAULT_SWEEP_SEEDS = "0,1,2,3"
 #: `--sweep --quick` (CI smoke sweep): steps per run and seeds.
 QUICK_SWEEP_STEPS = 40
 QUICK_SWEEP_SEEDS = "0"
@@ -573,7 +575,8 @@ def register(subparsers) -> None:
                         "kl_cov, clip_cov, or compositions like progrpo+casp (default: "
                         f"{DEFAULT_METHODS}; with --sweep every method of the grid).")
     p.add_argument("--seeds", default=None,
-                   help=f"Comma-separated seeds (default {DEFAULT_SEEDS}; --sweep --quick: 0).")
+                   help=f"Comma-separated seeds (default {DEFAULT_SEEDS}; --sweep: {DEFAULT_SWEEP_SEEDS}; --sweep --quick: "
+                        f"{QUICK_SWEEP_SEEDS}).")
     p.add_argument("--steps", type=int, default=None,
                    help=f"Optimizer steps per run (default {DEFAULT_STEPS}; --sweep --quick: {QUICK_SWEEP_STEPS}).")
     p.add_argument("--num-generations", type=int, default=DEFAULT_NUM_GENERATIONS,
@@ -585,12 +588,7 @@ def register(subparsers) -> None:
     p.add_argument("--config", default=None,
                    help="YAML mapping method -> {config field: value} (and optional `all:`) overriding hyperparameters "
                         "(with --sweep: applied under each grid setting).")
-    p.add_argument("--sweep", action="store_true",
-                   help="Train every method over a grid of its strength settings and write frontier.json, "
-                        "frontier.png and sweep.json (accuracy against modes covered).")
-    p.add_argument("--grid", default=None,
-                   help="With --sweep: YAML mapping method -> list of settings to sweep instead of the built-in grid "
-                        "(a sweep writes its best settings in this format as best_settings.yaml).")
+    frontier.add_sweep_arguments(p, "accuracy against modes covered")
     p.add_argument("--quick", action="store_true", help="With --sweep: a one-seed, short, small-grid smoke sweep.")
     p.add_argument("--output", default=None,
                    help="Output folder (default runs/tree; with --sweep runs/tree_sweep).")

@@ -156,29 +156,19 @@ def write_best_settings(path: Path, found: Mapping[str, Any], points: Sequence[f
 def main_sweep(args, task: tree.TreeTask, settings: tree.TrainSettings) -> int:
     if args.trace_every:
         raise ValueError("--trace-every does not apply to --sweep; drop it")
-    points = frontier.load_grid(args.grid, _common.validate_method) if args.grid else \
-        (QUICK_GRID if args.quick else TREE_GRID)
-    if args.methods:
-        methods = [_common.validate_method(m) for m in _common.parse_list(args.methods, "--methods")]
-        points = frontier.select_methods(points, methods)
-    methods = list(dict.fromkeys(m for m, _ in points))
-    seeds = _common.parse_int_list(args.seeds or (tree.QUICK_SWEEP_SEEDS if args.quick else tree.DEFAULT_SEEDS),
+    points, methods = frontier.sweep_points(args, TREE_GRID, QUICK_GRID)
+    seeds = _common.parse_int_list(args.seeds or (tree.QUICK_SWEEP_SEEDS if args.quick else tree.DEFAULT_SWEEP_SEEDS),
                                    "--seeds")
     overrides = _common.load_overrides(args.config, methods)
     output = Path(args.output or "runs/tree_sweep")
     result = run_sweep(task, points, seeds, settings, output, overrides, plot=not args.no_plot,
                        workers=args.workers, threads=args.threads)
-    print()
-    print(f"Tree sweep ({settings.policy} policy): {len(points)} settings x seeds {','.join(map(str, seeds))}, "
-          f"{settings.steps} steps x {settings.num_generations} completions")
-    print(result["table"])
-    print()
-    rule = result["findings"].get("rule")
-    if rule:
-        print(f"Best setting per method: most modes covered with accuracy >= {rule['floor']:.3f} "
-              f"(GRPO - {ACCURACY_TOLERANCE}); beats the entropy bonus: > {MODES_MARGIN} modes more than every "
-              "entropy-bonus setting at least as accurate")
-        print(result["findings_table"])
-    print(f"\nwrote {output / 'frontier.json'}" + (f", {result['plot']}" if result.get("plot") else "")
-          + f", sweep.json and best_settings.yaml in {result['seconds_total']:.0f}s")
+    rule = result["findings"].get("rule", {})
+    frontier.print_summary(
+        f"Tree sweep ({settings.policy} policy): {len(points)} settings x seeds {','.join(map(str, seeds))}, "
+        f"{settings.steps} steps x {settings.num_generations} completions", result,
+        f"most modes covered with accuracy >= {rule.get('floor', float('nan')):.3f} (GRPO - {ACCURACY_TOLERANCE}); "
+        f"beats the entropy bonus: > {MODES_MARGIN} modes more than every entropy-bonus setting at least as accurate",
+        f"wrote {output / 'frontier.json'}" + (f", {result['plot']}" if result.get("plot") else "")
+        + f", sweep.json and best_settings.yaml in {result['seconds_total']:.0f}s")
     return 0
