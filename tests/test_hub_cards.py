@@ -257,9 +257,10 @@ def test_card_errors_are_one_line(full_dir, tmp_path):
 
 def test_card_from_real_eval_results(full_dir, tmp_path):
     """End to end with the evaluation harness's own results.json (toy model, 2 problems, n=2)."""
-    harness = pytest.importorskip("exploration_trl.eval.harness")
+    from exploration_trl.eval.harness import run_eval
+
     out = full_dir / "eval_gsm8k"
-    results = harness.run_eval(model=str(full_dir), benchmark="gsm8k", n=2, limit=2, max_tokens=4, output_dir=out,
+    results = run_eval(model=str(full_dir), benchmark="gsm8k", n=2, limit=2, max_tokens=4, output_dir=out,
                                diversity=False, semantic=False, backend="transformers", progress=False)
     write_model_card(full_dir, "casp", BASE)
     _, metrics = metrics_of(ModelCard.load(full_dir / "README.md"))
