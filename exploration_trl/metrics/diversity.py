@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "EMBEDDING_MODEL_ENV",
     "distinct_n",
     "self_bleu",
     "semantic_cosine",
