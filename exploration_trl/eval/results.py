@@ -101,6 +101,8 @@ def load_results(path: str | Path) -> dict:
     for i, pr in enumerate(problems):
         ok = isinstance(pr, dict) and isinstance(pr.get("n"), int) and isinstance(pr.get("c"), int)
         if not ok or not (pr["n"] >= 1 and 0 <= pr["c"] <= pr["n"]):
-            raise EvalError(f"{path} is not a results.json (problem {i} lacks valid integer 'n' and 'c' with 0 <= c <= n)")
+            raise EvalError(
+                f"{path} is not a results.json (problem {i} lacks valid integer 'n' and 'c' with 0 <= c <= n)"
+            )
     data.setdefault("path", str(p))
     return data
