@@ -5,7 +5,6 @@ Pure functions on numpy arrays / torch tensors / Python lists; nothing here impo
 ``sentence-transformers`` (for :func:`semantic_cosine`) is imported lazily.
 """
 
-from exploration_trl.metrics import diversity, passk, solutions, support
 from exploration_trl.metrics.diversity import (
     EMBEDDING_MODEL_ENV,
     distinct_n,
@@ -33,5 +32,33 @@ from exploration_trl.metrics.support import (
     token_entropy_stats,
 )
 
-# Each submodule's `__all__` lists what it exports; the package exports all of them.
-__all__ = [*passk.__all__, *support.__all__, *solutions.__all__, *diversity.__all__]
+__all__ = [
+    # passk
+    "pass_at_k",
+    "pass_at_k_curve",
+    "default_ks",
+    "avg_at_n",
+    "maj_at_n",
+    # support
+    "token_entropy_stats",
+    "entropy_by_correctness",
+    "branching_factor",
+    "rank_logprobs",
+    "lambda_n",
+    "lambda_sample",
+    "expected_distinct_tokens",
+    # solutions
+    "unsolvable_problems",
+    "unsolvable_overlap",
+    "solution_multiplicity",
+    "mean_solution_multiplicity",
+    "default_normalize",
+    # diversity
+    "distinct_n",
+    "self_bleu",
+    "semantic_cosine",
+    "load_embedding_model",
+    "embedding_model_path",
+    "EMBEDDING_MODEL_ENV",
+    "diversity_report",
+]

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "EMBEDDING_MODEL_ENV",
     "distinct_n",
     "self_bleu",
     "semantic_cosine",
