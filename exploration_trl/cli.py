@@ -19,6 +19,9 @@ from pathlib import Path
 TOY_MODEL = "toy"
 
 
+from .errors import HookDidNotRunError
+
+
 class CLIError(ValueError):
     """Bad user input: printed as one `error: ...` line, exit status 2."""
 
@@ -248,6 +251,10 @@ def train_main(argv: list[str]) -> int:
         from .hub import push_output_dir
 
         push_output_dir(training_args.output_dir, training_args.hub_model_id)
+    # Leave the process group cleanly: exiting with it alive lets gloo's threads be torn down at interpreter exit,
+    # which aborts the process ("terminate called without an active exception") after a successful run.
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return 0
 
 
@@ -308,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CLIError, ValueError, FileNotFoundError) as e:
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
+    except HookDidNotRunError as e:  # not a user mistake: one line naming the method, and a non-zero exit
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -235,6 +235,40 @@ def test_progrpo_group_mean_baseline():
     assert_close(out, T([0.955, -0.955, 0.5, -0.5]))
 
 
+def test_progrpo_skip_groups_all_wrong():
+    """Eq. 4 as printed: only all-wrong groups keep A; an all-right group gets alpha * (c_ref - c_o)."""
+    adv, rewards, comp, cmask, prompt, pmask = _progrpo_inputs()
+    out = progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, skip_groups="all_wrong")
+    # group 1 (mixed) as before: [0.97, -0.94]
+    # group 2 (all right) is now shaped: 0.5 + 0.3 * (0.4 - 0.6) = 0.44 ; -0.5 + 0.3 * (0.4 - 0.7) = -0.59
+    assert_close(out, T([0.97, -0.94, 0.44, -0.59]))
+    # an all-wrong group keeps A under both rules
+    wrong = T([1.0, 0.0, 0.0, 0.0])
+    for rule in ("all_equal", "all_wrong"):
+        out = progrpo_advantages(adv, wrong, 2, comp, cmask, prompt, pmask, skip_groups=rule)
+        assert_close(out[2:], T([0.5, -0.5]))
+    # "correct" is reward > correct_threshold: with threshold 1 no reward counts as correct, every group keeps A
+    out = progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, skip_groups="all_wrong",
+                             correct_threshold=1.0)
+    assert_close(out, T([1.0, -1.0, 0.5, -0.5]))
+    with pytest.raises(ValueError, match="skip_groups must be one of all_equal, all_wrong; got 'none'"):
+        progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, skip_groups="none")
+
+
+def test_progrpo_sign_flip_and_keep_sign():
+    """G = 2 with small GRPO advantages: the shift flips signs; keep_sign clamps correct >= 0, wrong <= 0."""
+    _, rewards, comp, cmask, prompt, pmask = _progrpo_inputs()
+    adv = T([0.02, -0.02, 0.0, 0.0])
+    # alpha = 1: row 0 (correct): 0.02 + (0.4 - 0.5) = -0.08 (flipped) ; row 1 (wrong): -0.02 + (0.4 - 0.2) = 0.18
+    out = progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, alpha=1.0)
+    assert_close(out, T([-0.08, 0.18, 0.0, 0.0]))
+    out = progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, alpha=1.0, keep_sign=True)
+    assert_close(out, T([0.0, 0.0, 0.0, 0.0]))
+    # rows whose sign did not flip are untouched by keep_sign (alpha 0.3: 0.02 - 0.03 = -0.01 flips, row 1 too)
+    out = progrpo_advantages(T([1.0, -1.0, 0.5, -0.5]), rewards, 2, comp, cmask, prompt, pmask, keep_sign=True)
+    assert_close(out, T([0.97, -0.94, 0.5, -0.5]))
+
+
 def test_progrpo_non_binary_rewards_and_alpha():
     adv, _, comp, cmask, prompt, pmask = _progrpo_inputs()
     # group 2 rewards [0.3, 0.7] are no longer all equal -> it is shaped too (alpha = 1)

@@ -196,23 +196,24 @@ def test_bad_arguments(toy_dir, tmp_path, rewards):
 
 
 # ------------------------------------------------------------------------------------------- grading with scripted samples
-class _ScriptedGenerator:
+class _FakeGenerator:
+    """Stands in for a generation backend: `samples(prompt, n)` gives each prompt's `Samples`."""
+
     backend = "transformers"
 
-    def __init__(self, script):
-        self.script = script
+    def __init__(self, samples):
+        self.samples = samples
 
     def close(self):
         pass
 
     def generate(self, prompts, n, **kw):
-        out = []
-        for p in prompts:
-            key = p[0]["content"]
-            texts = next(v for k, v in self.script.items() if k in key)
-            assert len(texts) == n
-            out.append(Samples(list(texts), [1.0, 2.0, 3.0, 4.0], [10, 10, 20, 20], ["stop", "stop", "stop", "length"]))
-        return out
+        return [self.samples(p, n) for p in prompts]
+
+
+def _fixed_texts(fn):
+    """A fake backend whose completions of a prompt are `fn(prompt)`, each 5 tokens of entropy 0.5."""
+    return _FakeGenerator(lambda p, n: Samples(fn(p), [0.5] * n, [5] * n, ["stop"] * n))
 
 
 def test_metrics_from_scripted_completions(tmp_path, rewards, monkeypatch):
@@ -223,7 +224,13 @@ def test_metrics_from_scripted_completions(tmp_path, rewards, monkeypatch):
                          "no answer"],  # target 10: 1 correct, majority answer wrong
         "[76, 41, 59]": ["<answer>76+41+59</answer>"] * 4,  # target 24: none correct
     }
-    monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _ScriptedGenerator(script))
+
+    def scripted(prompt, n):
+        texts = next(v for k, v in script.items() if k in prompt[0]["content"])
+        assert len(texts) == n
+        return Samples(list(texts), [1.0, 2.0, 3.0, 4.0], [10, 10, 20, 20], ["stop", "stop", "stop", "length"])
+
+    monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _FakeGenerator(scripted))
     res = run_eval("scripted-model", "countdown3", output_dir=tmp_path / "s", n=4, limit=3, semantic=True,
                    progress=False, backend="transformers")
     assert [p["c"] for p in res["problems"]] == [3, 1, 0]
@@ -372,32 +379,7 @@ def test_vllm_backend_with_a_fake_engine(toy_dir, monkeypatch):
     g.close()
 
 
-class _FixedGenerator:
-    backend = "transformers"
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def close(self):
-        pass
-
-    def generate(self, prompts, n, **kw):
-        return [Samples(self.fn(p), [0.5] * n, [5] * n, ["stop"] * n) for p in prompts]
-
-
-def _real_rewards():
-    try:
-        from exploration_trl.rewards import get_reward
-
-        get_reward("code_execution")
-        return True
-    except (ImportError, KeyError, ValueError):
-        return False
-
-
 def test_humaneval_completion_style_grading(tmp_path, monkeypatch):
-    if not _real_rewards():
-        pytest.skip("exploration_trl.rewards.code_execution not available yet")
     import gzip
 
     from exploration_trl.eval.benchmarks import DATA_DIR
@@ -410,7 +392,7 @@ def test_humaneval_completion_style_grading(tmp_path, monkeypatch):
         seen.append(prompt)
         return [solution[prompt], "    return None\n", "```python\n" + prompt + solution[prompt] + "```"]
 
-    monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _FixedGenerator(fn))
+    monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _fixed_texts(fn))
     res = run_eval("scripted", "humaneval", n=3, limit=1, output_dir=tmp_path / "he", semantic=False, progress=False)
     assert seen == [rows[0]["prompt"]]  # plain-text header, no chat messages
     assert res["problems"][0]["c"] == 2 and res["summary"]["maj_at_n"] is None
@@ -419,11 +401,11 @@ def test_humaneval_completion_style_grading(tmp_path, monkeypatch):
 
 def test_gsm8k_grading_and_majority(tmp_path, monkeypatch, rewards):
     texts = ["so \\boxed{18}", "The answer is 18.", "\\boxed{18.0}", "\\boxed{17}", "\\boxed{17}"]
-    monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _FixedGenerator(lambda p: texts))
+    monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _fixed_texts(lambda p: texts))
     res = run_eval("scripted", "gsm8k", n=5, limit=1, output_dir=tmp_path / "g", semantic=False, progress=False)
     prob = res["problems"][0]
     assert prob["gold"] == "18" and prob["answers"][0] == "18" and prob["answers"][2] == "18"
-    if _real_rewards():  # math-verify: "answer is" and 18.0 count; majority answer is 18
-        assert prob["answers"] == ["18", "18", "18", "17", "17"]
-        assert prob["c"] == 3 and res["summary"]["maj_at_n"] == 1.0
-    assert res["summary"]["solution_multiplicity"]["mean"] == (1.0 if prob["c"] else 0.0)
+    # math-verify: "answer is" and 18.0 count; the majority answer is 18
+    assert prob["answers"] == ["18", "18", "18", "17", "17"]
+    assert prob["c"] == 3 and res["summary"]["maj_at_n"] == 1.0
+    assert res["summary"]["solution_multiplicity"]["mean"] == 1.0

@@ -1,16 +1,22 @@
 """Execute `notebooks/quickstart_lora.ipynb` for real, offline, on the toy model (a few seconds of training).
 
 The `parameters` cell keeps the Colab defaults; an injected cell right after it swaps in the toy checkpoint, a tiny
-local GSM8K-style training file, 2 steps and an eval of 2 problems x 2 samples, with no install, login or push.
-The kernel is this interpreter (`sys.executable`): a kernelspec is written to a temporary `JUPYTER_PATH`, so the
-test needs no kernel registered on the machine and works from a fresh clone.
+local GSM8K-style training file, 2 steps and an eval of 2 problems x 2 samples, with no login or push. The install
+cell runs with its default source and `EXPLORATION_TRL_NOTEBOOK_SKIP_PIP=1`: it resolves what pip would install and
+stops short of pip (the package under test is installed already). The kernel is this interpreter (`sys.executable`):
+a kernelspec is written to a temporary `JUPYTER_PATH`, so the test needs no kernel registered on the machine and
+works from a fresh clone. The install cell's choice of source (git URL, PyPI requirement, local wheel) is tested
+in-process, with `%pip` recorded instead of run.
 """
 
 from __future__ import annotations
 
+import configparser
+import importlib.metadata
 import json
 import os
 import sys
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -21,6 +27,7 @@ pytest.importorskip("ipykernel")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO_ROOT / "notebooks" / "quickstart_lora.ipynb"
+SKIP_PIP = "EXPLORATION_TRL_NOTEBOOK_SKIP_PIP"
 KERNEL_NAME = "exploration-trl-test"
 TIMEOUT_S = 240  # per cell
 
@@ -55,7 +62,6 @@ def parameter_overrides(tmp_path: Path) -> dict:
         "EVAL_MAX_TOKENS": 8,
         "EVAL_BASE_MODEL": True,
         "OUTPUT_DIR": str(tmp_path / "run" / "toy-casp-lora"),
-        "INSTALL": False,
         "LOGIN": False,
         "PUSH_TO_HUB": False,
         "HUB_REPO_ID": None,
@@ -93,7 +99,21 @@ def kernel_env(tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # same path on every CI machine: CPU
+    monkeypatch.setenv(SKIP_PIP, "1")  # the install cell resolves its source but does not run pip
     return KERNEL_NAME
+
+
+def project_url() -> str:
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO_ROOT / "setup.cfg")
+    return cfg["metadata"]["url"]
+
+
+def install_cell():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cells = [c for c in nb.cells if "install" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1 and cells[0].cell_type == "code"
+    return cells[0]
 
 
 def test_notebook_structure():
@@ -101,15 +121,130 @@ def test_notebook_structure():
     nbformat.validate(nb)
     params = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(params) == 1 and params[0].cell_type == "code"
-    for name in ("MODEL_ID", "DATASET", "STEPS", "PUSH_TO_HUB", "INSTALL", "LOGIN", "METHOD", "EVAL_N"):
+    for name in ("PACKAGE_SOURCE", "MODEL_ID", "DATASET", "STEPS", "PUSH_TO_HUB", "INSTALL", "LOGIN", "METHOD", "EVAL_N"):
         assert f"{name} = " in params[0].source
+    assert params[0].source.startswith("PACKAGE_SOURCE = None ")  # the git URL, until a PyPI release exists
     assert 'MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"' in params[0].source
     assert 'DATASET = "openai/gsm8k"' in params[0].source
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert code_cells.index(install_cell()) == code_cells.index(params[0]) + 1  # installs before any import
+    code = "\n".join(c.source for c in code_cells)
     for needle in ("%pip install", "notebook_login()", "LoraConfig(", "peft_config=peft_config", "run_eval(",
                    "Image(", "write_model_card(", "push_output_dir(", "if PUSH_TO_HUB", "if INSTALL"):
         assert needle in code, needle
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
+    assert f'PROJECT_URL = "{project_url()}"' in install_cell().source  # the fallback is setup.cfg's url
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "pypi.org" not in markdown  # no link to a PyPI page before a release exists
+    assert f"git+{project_url()}" in markdown
+    assert all(not c.get("outputs") for c in code_cells), "commit the notebook without outputs"
+
+
+def run_install_cell(monkeypatch, cwd: Path, **params) -> tuple[list[str], dict]:
+    """Run the install cell as IPython would (same magic transform, same `{var}` expansion) with `%pip` recorded
+    instead of run. Returns the recorded magic lines and the cell's namespace."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    from IPython.utils.text import DollarFormatter
+
+    namespace = {"PACKAGE_SOURCE": None, "INSTALL": True, **params}
+    calls: list[str] = []
+
+    class RecordingShell:
+        def run_line_magic(self, name, line):
+            calls.append(f"%{name} " + DollarFormatter().vformat(line, args=[], kwargs=namespace))
+
+    namespace["get_ipython"] = RecordingShell
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv(SKIP_PIP, raising=False)
+    exec(compile(TransformerManager().transform_cell(install_cell().source), "install-cell", "exec"), namespace)
+    return calls, namespace
+
+
+def fake_installed(monkeypatch, source_url: str | None):
+    """Make `importlib.metadata` see an installed exploration-trl with this Source URL (None: not installed)."""
+    real = importlib.metadata.metadata
+
+    def metadata(name):
+        if name != "exploration-trl":
+            return real(name)
+        if source_url is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        msg = Message()
+        msg["Name"] = "exploration-trl"
+        msg["Project-URL"] = f"Source, {source_url}"
+        return msg
+
+    monkeypatch.setattr(importlib.metadata, "metadata", metadata)
+
+
+def test_install_cell_defaults_to_the_git_url_of_setup_cfg(tmp_path, monkeypatch):
+    fake_installed(monkeypatch, None)  # a fresh Colab runtime: nothing installed, no clone around
+    calls, ns = run_install_cell(monkeypatch, tmp_path)
+    assert calls == [f"%pip install -q git+{project_url()}"]
+    assert ns["requirement"] == "git+https://github.com/exploration-trl/exploration-trl"
+
+
+def test_install_cell_default_reads_an_installed_package_then_a_clone(tmp_path, monkeypatch):
+    fake_installed(monkeypatch, "https://example.org/installed/exploration-trl")
+    calls, _ = run_install_cell(monkeypatch, tmp_path)
+    assert calls == ["%pip install -q git+https://example.org/installed/exploration-trl"]
+
+    clone = tmp_path / "clone"
+    (clone / "notebooks").mkdir(parents=True)
+    (clone / "setup.cfg").write_text("[metadata]\nname = exploration-trl\nurl = https://example.org/fork\n")
+    (clone / "notebooks" / "setup.cfg").write_text("[metadata]\nname = another-project\nurl = https://x.org\n")
+    calls, _ = run_install_cell(monkeypatch, clone / "notebooks")
+    assert calls == ["%pip install -q git+https://example.org/fork"]
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("exploration-trl", "exploration-trl"),
+    ("exploration-trl==0.2.0", "exploration-trl==0.2.0"),
+    ("exploration_trl[vllm]>=0.2", "'exploration_trl[vllm]>=0.2'"),
+    ("exploration-trl @ git+https://example.org/e.git@v0.2.0", "'exploration-trl @ git+https://example.org/e.git@v0.2.0'"),
+    ("git+https://github.com/me/exploration-trl@v0.2.0", "git+https://github.com/me/exploration-trl@v0.2.0"),
+    ("https://github.com/me/exploration-trl", "git+https://github.com/me/exploration-trl"),
+    ("https://example.org/exploration_trl-0.2.0-py3-none-any.whl",
+     "https://example.org/exploration_trl-0.2.0-py3-none-any.whl"),
+])
+def test_install_cell_accepts_git_urls_and_requirements(tmp_path, monkeypatch, source, expected):
+    calls, _ = run_install_cell(monkeypatch, tmp_path, PACKAGE_SOURCE=source)
+    assert calls == [f"%pip install -q {expected}"]
+
+
+def test_install_cell_accepts_a_local_wheel_or_folder(tmp_path, monkeypatch):
+    wheel = tmp_path / "my dist" / "exploration_trl-0.2.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"")
+    calls, _ = run_install_cell(monkeypatch, tmp_path, PACKAGE_SOURCE="my dist/" + wheel.name)
+    assert calls == [f"%pip install -q '{wheel}'"]  # absolute, and quoted for the shell
+
+    calls, _ = run_install_cell(monkeypatch, wheel.parent, PACKAGE_SOURCE=wheel.name)  # a wheel in the working dir
+    assert calls == [f"%pip install -q '{wheel}'"]
+
+    (tmp_path / "exploration-trl").mkdir()
+    calls, _ = run_install_cell(monkeypatch, tmp_path, PACKAGE_SOURCE="./exploration-trl")
+    assert calls == [f"%pip install -q {tmp_path / 'exploration-trl'}"]
+
+
+@pytest.mark.parametrize("source, error, text", [
+    ("uploads/exploration_trl-0.2.0-py3-none-any.whl", FileNotFoundError, "does not exist; upload the file"),
+    ("exploration_trl-0.2.0.tar.gz", FileNotFoundError, "does not exist; upload the file"),
+    ("trl", ValueError, "is not a git URL, a local wheel or folder, or an exploration-trl requirement"),
+])
+def test_install_cell_rejects_a_bad_source_before_pip(tmp_path, monkeypatch, source, error, text):
+    with pytest.raises(error, match=f"PACKAGE_SOURCE '{source}' {text}"):
+        run_install_cell(monkeypatch, tmp_path, PACKAGE_SOURCE=source)
+
+
+def test_install_cell_can_be_switched_off(tmp_path, monkeypatch, capsys):
+    calls, _ = run_install_cell(monkeypatch, tmp_path, INSTALL=False)
+    assert calls == []
+    monkeypatch.setenv(SKIP_PIP, "1")
+    namespace = {"PACKAGE_SOURCE": "exploration-trl", "INSTALL": True}
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    exec(compile(TransformerManager().transform_cell(install_cell().source), "install-cell", "exec"), namespace)
+    assert capsys.readouterr().out == f"pip install exploration-trl\nskipped: {SKIP_PIP}=1\n"
 
 
 def test_notebook_runs_offline_on_the_toy_model(tmp_path, kernel_env):
@@ -158,4 +293,5 @@ def test_notebook_runs_offline_on_the_toy_model(tmp_path, kernel_env):
     text = "\n".join(o.get("text", "") for o in streams)
     assert "casp LoRA:" in text and "base model:" in text and "pass@1=" in text
     assert "Not pushed (PUSH_TO_HUB=False)" in text
+    assert f"pip install git+{project_url()}\nskipped: {SKIP_PIP}=1" in text  # the default source, pip not run
     assert "trainable params" in text

@@ -37,6 +37,36 @@ def test_candidate_logps_empty_rows_keep_graph():
     out.sum().backward()  # no error: connected to the graph
 
 
+class CountingContext:
+    """Stands in for ZeRO-3's gather: counts how often the backward re-enters it."""
+
+    def __init__(self):
+        self.entered = 0
+
+    def __call__(self):
+        return self
+
+    def __enter__(self):
+        self.entered += 1
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_candidate_logps_backward_regathers_even_with_no_rows():
+    """Under ZeRO-3 every process must enter the gather in the backward, also one with no candidate rows."""
+    for rows in (0, 3):
+        regather = CountingContext()
+        hidden = torch.randn(rows, 4, requires_grad=True)
+        weight = torch.randn(6, 4, requires_grad=True)
+        out = candidate_logps(hidden, weight, None, torch.zeros(rows, 2, dtype=torch.long), regather=regather)
+        # As CaSP uses it: scattered into a dense tensor through an index that may select nothing.
+        dense_out = torch.zeros(5, 2).index_put((torch.arange(5) < rows,), out)
+        dense_out.sum().backward()
+        assert regather.entered == 1, rows
+        assert weight.grad is not None and weight.grad.shape == weight.shape
+
+
 def test_token_statistics_hand_distribution():
     # One row, identity head: logits = hidden = log([0.5, 0.3, 0.15, 0.05]) -> probs exactly those.
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])

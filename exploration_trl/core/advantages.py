@@ -31,6 +31,7 @@ __all__ = [
     "group_advantages",
     "confidence",
     "progrpo_advantages",
+    "PROGRPO_SKIP_GROUPS",
     "dsgrpo_advantages",
     "DSGRPO_GRANULARITIES",
     "ppl_shaped_advantages",
@@ -100,6 +101,9 @@ def confidence(logps: torch.Tensor, mask: torch.Tensor, low_prob_fraction: float
     return torch.where(n > 0, conf, torch.full_like(conf, float("nan")))
 
 
+PROGRPO_SKIP_GROUPS = ("all_equal", "all_wrong")
+
+
 def _uniform_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     """Per-row bool: the row's group has all (non-NaN) rewards equal (an all-NaN group counts)."""
     n_groups = check_groups(rewards.shape[0], num_generations)
@@ -109,6 +113,13 @@ def _uniform_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor
     lo = torch.where(nan, torch.full_like(g, float("inf")), g).amin(dim=1)
     uniform = (hi == lo) | nan.all(dim=1)
     return uniform.repeat_interleave(num_generations)
+
+
+def _all_wrong_groups(rewards: torch.Tensor, num_generations: int, correct_threshold: float) -> torch.Tensor:
+    """Per-row bool: no (non-NaN) reward of the row's group exceeds `correct_threshold` (an all-NaN group counts)."""
+    n_groups = check_groups(rewards.shape[0], num_generations)
+    correct = (rewards > correct_threshold).view(n_groups, num_generations)  # NaN > x is False
+    return (~correct.any(dim=1)).repeat_interleave(num_generations)
 
 
 def progrpo_advantages(
@@ -122,6 +133,9 @@ def progrpo_advantages(
     alpha: float = 0.3,
     low_prob_fraction: float = 0.2,
     baseline: str = "prompt",
+    skip_groups: str = "all_equal",
+    keep_sign: bool = False,
+    correct_threshold: float = 0.0,
 ) -> torch.Tensor:
     """ProGRPO / ARM advantage reweighting ``A~ = A + alpha * (c_ref - c_o)`` (Eq. 4, Algorithm 1).
 
@@ -130,11 +144,20 @@ def progrpo_advantages(
     of GRPO and keeps low-probability correct paths alive. ``c_o = confidence(completion)``;
     ``baseline="prompt"`` uses ``c_ref = confidence(prompt)``, the model's confidence on its own
     prompt; ``baseline="group_mean"`` uses the group mean of ``c_o`` (Eq. 10, NaNs skipped).
-    Groups with all-equal rewards (Algorithm 1 line 14) keep ``A``, as do rows whose ``c_o`` or
-    ``c_ref`` is NaN and rows whose reward is NaN (unscorable; TRL gives them no learning signal).
+    Which groups keep ``A`` is ``skip_groups``: ``"all_equal"`` (default, Algorithm 1 line 14: all-wrong and
+    all-right groups) or ``"all_wrong"`` (Eq. 4 as printed: only groups with no reward above
+    ``correct_threshold``; an all-right group, whose GRPO advantage is 0, then gets ``alpha * (c_ref - c_o)``).
+    Rows whose ``c_o`` or ``c_ref`` is NaN and rows whose reward is NaN (unscorable; TRL gives them no learning
+    signal) keep ``A`` too.
+
+    The shift can flip an advantage's sign (G = 16 with 15 correct gives A = 0.25 < alpha = 0.3).
+    ``keep_sign=True`` (not in the paper, off by default) clamps correct rows (``reward > correct_threshold``)
+    at ``>= 0`` and the other rows at ``<= 0`` after the shift.
 
     Returns float32 ``(B,)`` for ``(B,)``/``(B, 1)`` advantages and ``(B, T)`` for ``(B, T)`` ones.
     """
+    if skip_groups not in PROGRPO_SKIP_GROUPS:
+        raise ValueError(f"skip_groups must be one of {', '.join(PROGRPO_SKIP_GROUPS)}; got {skip_groups!r}")
     r = to_f32(flat_rows(rewards, "rewards"))
     B = r.shape[0]
     a, restore = split_sequence_advantages(advantages, B)
@@ -148,9 +171,17 @@ def progrpo_advantages(
         c_ref = torch.nanmean(c_o.view(n_groups, num_generations), dim=1).repeat_interleave(num_generations)
     else:
         raise ValueError(f"baseline must be 'prompt' or 'group_mean', got {baseline!r}")
-    keep = _uniform_groups(r, num_generations) | torch.isnan(c_o) | torch.isnan(c_ref) | torch.isnan(r)
+    skipped = (
+        _uniform_groups(r, num_generations) if skip_groups == "all_equal"
+        else _all_wrong_groups(r, num_generations, correct_threshold)
+    )
+    keep = skipped | torch.isnan(c_o) | torch.isnan(c_ref) | torch.isnan(r)
     shift = torch.where(keep, torch.zeros_like(c_o), alpha * (c_ref - c_o)).unsqueeze(-1)
     out = torch.where(keep.unsqueeze(-1), a, a + shift)
+    if keep_sign:
+        correct = (r > correct_threshold).unsqueeze(-1)
+        clamped = torch.where(correct, out.clamp(min=0.0), out.clamp(max=0.0))
+        out = torch.where(keep.unsqueeze(-1), out, clamped)
     return restore(out)
 
 

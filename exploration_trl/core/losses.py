@@ -140,14 +140,19 @@ def kl_cov_per_token_loss(
     ``logps`` carries the gradient. When fully on-policy (``old_logps == logps.detach()``) the
     penalty has zero gradient (d|x|/dx = 0 at 0); it acts once a rollout feeds several optimizer steps.
     """
-    valid = as_valid(mask)
-    lp = to_f32(logps)
-    zero = torch.zeros((), dtype=torch.float32, device=lp.device)
-    log_ratio = torch.where(valid, lp - to_f32(old_logps).detach(), zero)
-    a = broadcast_advantages(advantages, lp.shape)
+    valid, log_ratio, a = _log_ratio_terms(logps, old_logps, advantages, mask)
     selected = kl_cov_select(logps, advantages, valid, kl_cov_ratio)
     loss = -a * torch.exp(log_ratio) + kl_coef * selected.to(torch.float32) * log_ratio.abs()
-    return torch.where(valid, loss, zero)
+    return torch.where(valid, loss, loss.new_zeros(()))
+
+
+def _log_ratio_terms(logps, old_logps, advantages, mask):
+    """``(valid, log_ratio, A)``, float32: ``logps - old_logps`` with ``old_logps`` detached (0 on padding), and
+    the advantages broadcast per token. Gradients flow through ``logps`` and ``advantages`` as given."""
+    valid = as_valid(mask)
+    lp = to_f32(logps)
+    log_ratio = torch.where(valid, lp - to_f32(old_logps).detach(), lp.new_zeros(()))
+    return valid, log_ratio, broadcast_advantages(advantages, lp.shape)
 
 
 def _clipped_surrogates(log_ratio, a, epsilon_low, epsilon_high):
@@ -182,12 +187,9 @@ def clip_cov_select(
     n_valid = int(valid.sum().item())
     if n_valid == 0:
         return selected
-    lp = to_f32(logps.detach())
-    zero = torch.zeros((), dtype=torch.float32, device=lp.device)
-    log_ratio = torch.where(valid, lp - to_f32(old_logps.detach()), zero)
-    a = broadcast_advantages(advantages.detach(), lp.shape)
+    _, log_ratio, a = _log_ratio_terms(logps.detach(), old_logps, advantages.detach(), valid)
     pg1, pg2 = _clipped_surrogates(log_ratio, a, epsilon_low, epsilon_high)
-    cov = token_covariance(lp, a, valid)
+    cov = token_covariance(logps, a, valid)
     candidates = valid & ~(pg2 > pg1) & (cov > cov_lb) & (cov < cov_ub)
     idx = torch.nonzero(candidates.reshape(-1), as_tuple=False).squeeze(-1)
     n_cand = idx.numel()
@@ -217,14 +219,10 @@ def clip_cov_per_token_loss(
     chosen by ``clip_cov_select`` (so they contribute neither loss nor gradient) and 1 elsewhere;
     0 on padding. ``logps`` carries the gradient.
     """
-    valid = as_valid(mask)
-    lp = to_f32(logps)
-    zero = torch.zeros((), dtype=torch.float32, device=lp.device)
-    log_ratio = torch.where(valid, lp - to_f32(old_logps).detach(), zero)
-    a = broadcast_advantages(advantages, lp.shape)
+    valid, log_ratio, a = _log_ratio_terms(logps, old_logps, advantages, mask)
     pg1, pg2 = _clipped_surrogates(log_ratio, a, epsilon_low, epsilon_high)
     selected = clip_cov_select(
         logps, old_logps, advantages, valid, clip_cov_ratio, cov_lb, cov_ub, epsilon_low, epsilon_high, generator
     )
     loss = torch.maximum(pg1, pg2) * (~selected).to(torch.float32)
-    return torch.where(valid, loss, zero)
+    return torch.where(valid, loss, loss.new_zeros(()))

@@ -7,6 +7,8 @@
   batched ``transformers`` backend that also measures per-completion token entropy.
 * :mod:`~exploration_trl.eval.harness` - ``run_eval()``: resumable generation + grading, writes
   ``results.json``, ``samples.jsonl`` and ``pass_at_k.png``.
+* :mod:`~exploration_trl.eval.results` - ``load_results()`` and the atomic strict-JSON writer, for every module
+  that reads or writes those files.
 * :mod:`~exploration_trl.eval.plots` / :mod:`~exploration_trl.eval.compare` - overlaid pass@k curves and a
   side-by-side table of several result files.
 * :mod:`~exploration_trl.eval.command` - the ``exploration-trl eval`` / ``compare`` subcommands.
@@ -30,7 +32,7 @@ _LAZY = {
     "generate": "exploration_trl.eval.generation",
     "Samples": "exploration_trl.eval.generation",
     "run_eval": "exploration_trl.eval.harness",
-    "load_results": "exploration_trl.eval.harness",
+    "load_results": "exploration_trl.eval.results",
     "plot_pass_at_k": "exploration_trl.eval.plots",
     "compare_results": "exploration_trl.eval.compare",
 }

@@ -61,7 +61,7 @@ def compare(
     Raises:
         EvalError: a file is missing or is not a ``results.json``; a bad k.
     """
-    from exploration_trl.eval.harness import load_results
+    from exploration_trl.eval.results import load_results
     from exploration_trl.metrics import default_ks, pass_at_k_curve
 
     if isinstance(results_paths, (str, Path)):

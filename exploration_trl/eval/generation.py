@@ -213,25 +213,28 @@ class _EntropyRecorder:
         return scores
 
 
-class TransformersGenerator:
-    """Sampling with ``model.generate``; entropies are exact (full vocabulary)."""
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling settings of one ``generate`` call (``temperature <= 0`` or ``None``: greedy)."""
 
-    backend = "transformers"
+    n: int
+    temperature: float | None
+    top_p: float
+    max_new_tokens: int
+    batch_size: int
 
-    def __init__(self, model: Any, tokenizer: Any = None, dtype: Any = "auto", device: Any = None):
-        self.model, self.tokenizer = load_model_and_tokenizer(model, tokenizer, dtype=dtype, device=device)
-        self.name = model if isinstance(model, (str, os.PathLike)) else getattr(self.model, "name_or_path", "")
+    @property
+    def greedy(self) -> bool:
+        return self.temperature is None or self.temperature <= 0
+
+
+class _Generator:
+    """The interface both backends share; a backend implements :meth:`_sample`."""
+
+    backend = ""
 
     def close(self) -> None:
         pass
-
-    def _eos_ids(self) -> list[int]:
-        eos = getattr(self.model.generation_config, "eos_token_id", None)
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        if eos is None:
-            return []
-        return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
 
     def generate(
         self,
@@ -244,17 +247,43 @@ class TransformersGenerator:
         seeds: list[int] | None = None,
         progress: bool = True,
     ) -> list[Samples]:
+        """``n`` completions for each prompt, one :class:`Samples` per prompt in order (see :func:`generate`);
+        prompt ``i`` is sampled with ``seeds[i]`` (default ``derive_seed(0, i)``)."""
+        seeds = list(seeds) if seeds is not None else [derive_seed(0, i) for i in range(len(prompts))]
+        return self._sample(prompts, Sampling(n, temperature, top_p, max_new_tokens, batch_size), seeds, progress)
+
+    def _sample(self, prompts: list, sampling: Sampling, seeds: list[int], progress: bool) -> list[Samples]:
+        raise NotImplementedError
+
+
+class TransformersGenerator(_Generator):
+    """Sampling with ``model.generate``; entropies are exact (full vocabulary)."""
+
+    backend = "transformers"
+
+    def __init__(self, model: Any, tokenizer: Any = None, dtype: Any = "auto", device: Any = None):
+        self.model, self.tokenizer = load_model_and_tokenizer(model, tokenizer, dtype=dtype, device=device)
+        self.name = model if isinstance(model, (str, os.PathLike)) else getattr(self.model, "name_or_path", "")
+
+    def _eos_ids(self) -> list[int]:
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        if eos is None:
+            return []
+        return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+    def _sample(self, prompts: list, sampling: Sampling, seeds: list[int], progress: bool) -> list[Samples]:
         import torch
         from tqdm.auto import tqdm
         from transformers import GenerationConfig, LogitsProcessorList
 
-        if n < 1 or batch_size < 1 or max_new_tokens < 1:
+        n, temperature, batch_size, greedy = sampling.n, sampling.temperature, sampling.batch_size, sampling.greedy
+        if n < 1 or batch_size < 1 or sampling.max_new_tokens < 1:
             raise EvalError("n, batch_size and max_new_tokens must be positive")
-        seeds = list(seeds) if seeds is not None else [derive_seed(0, i) for i in range(len(prompts))]
         tok = self.tokenizer
         eos_ids = self._eos_ids()
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
-        greedy = temperature is None or temperature <= 0
         device = next(self.model.parameters()).device
 
         # Calls to model.generate: (prompt indices, sequences per prompt, chunk number).
@@ -283,11 +312,11 @@ class TransformersGenerator:
                 config = GenerationConfig(
                     do_sample=not greedy,
                     temperature=None if greedy else float(temperature),
-                    top_p=None if greedy else float(top_p),
+                    top_p=None if greedy else float(sampling.top_p),
                     top_k=0,  # no top-k truncation (transformers would default to 50), as in vLLM
                     typical_p=1.0,
                     repetition_penalty=1.0,
-                    max_new_tokens=int(max_new_tokens),
+                    max_new_tokens=int(sampling.max_new_tokens),
                     num_return_sequences=r,
                     pad_token_id=pad_id,
                     eos_token_id=eos_ids or None,
@@ -326,7 +355,7 @@ class TransformersGenerator:
         return results
 
 
-class VLLMGenerator:
+class VLLMGenerator(_Generator):
     """Sampling with the offline ``vllm.LLM`` engine (needs a CUDA device and ``pip install vllm``)."""
 
     backend = "vllm"
@@ -378,40 +407,29 @@ class VLLMGenerator:
         logz = m + math.log(z)
         return -sum(math.exp(v - logz) * (v - logz) for v in values)
 
-    def generate(
-        self,
-        prompts: list,
-        n: int,
-        temperature: float = 0.6,
-        top_p: float = 0.95,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        seeds: list[int] | None = None,
-        progress: bool = True,
-    ) -> list[Samples]:
+    def _sample(self, prompts: list, sampling: Sampling, seeds: list[int], progress: bool) -> list[Samples]:
         from vllm import SamplingParams
 
-        seeds = list(seeds) if seeds is not None else [derive_seed(0, i) for i in range(len(prompts))]
+        greedy = sampling.greedy
         tok = self.tokenizer
         inputs = []
         for p in prompts:
             text, add_special = _render(tok, p)
             # Token ids, so that a BOS the chat template already wrote is not added a second time.
             inputs.append({"prompt_token_ids": tok(text, add_special_tokens=add_special)["input_ids"]})
-        greedy = temperature is None or temperature <= 0
         params = [
             SamplingParams(
-                n=n,
-                temperature=0.0 if greedy else float(temperature),
-                top_p=1.0 if greedy else float(top_p),
-                max_tokens=int(max_new_tokens),
+                n=sampling.n,
+                temperature=0.0 if greedy else float(sampling.temperature),
+                top_p=1.0 if greedy else float(sampling.top_p),
+                max_tokens=int(sampling.max_new_tokens),
                 seed=int(s),
                 logprobs=VLLM_ENTROPY_TOPK,
             )
             for s in seeds
         ]
         outputs = self.llm.generate(inputs, params, use_tqdm=progress)
-        temp = float(temperature) if not greedy else 1.0
+        temp = float(sampling.temperature) if not greedy else 1.0
         results = []
         for out in outputs:
             s = Samples([], [], [], [], [])

@@ -23,7 +23,6 @@ import logging
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 from exploration_trl.eval import EvalError
 from exploration_trl.eval.benchmarks import Benchmark, load_benchmark
 from exploration_trl.eval.generation import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, derive_seed
+from exploration_trl.eval.results import RESULTS_FILE, clean_json, json_default, load_results, write_json_atomic
 
 __all__ = [
     "RESULTS_SCHEMA",
@@ -48,7 +48,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 RESULTS_SCHEMA = "exploration_trl.eval/results/v1"
-RESULTS_FILE, SAMPLES_FILE, PLOT_FILE = "results.json", "samples.jsonl", "pass_at_k.png"
+SAMPLES_FILE, PLOT_FILE = "samples.jsonl", "pass_at_k.png"
 #: Settings that determine the samples; a resumed run must match them exactly.
 SAMPLING_KEYS = ("model", "benchmark", "reward", "n", "temperature", "top_p", "max_tokens", "seed", "backend")
 SUCCESS_THRESHOLD = 1.0
@@ -127,47 +127,6 @@ def extract_answer(text: str, answer_type: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------- files
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to a temporary file in the same folder, then ``os.replace`` it onto ``path``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=False, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _json_default(o):
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(o)
-
-
-def clean_json(x):
-    """NaN/inf -> None, recursively (strict JSON)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: clean_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [clean_json(v) for v in x]
-    return x
-
-
 def package_versions() -> dict[str, str | None]:
     from importlib import metadata
 
@@ -347,32 +306,6 @@ def _check_ks(ks, n: int) -> list[int]:
     return out
 
 
-# --------------------------------------------------------------------------------------------- loading
-def load_results(path: str | Path) -> dict:
-    """Read a ``results.json`` (or the folder holding one); raises :class:`EvalError` when it is not one.
-
-    Minimal accepted content: ``{"problems": [{"n": int, "c": int}, ...]}``.
-    """
-    p = Path(path)
-    if p.is_dir():
-        p = p / RESULTS_FILE
-    if not p.is_file():
-        raise EvalError(f"results file not found: {path}")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise EvalError(f"{path} is not a results.json (not valid JSON)") from None
-    problems = data.get("problems") if isinstance(data, dict) else None
-    if not isinstance(problems, list) or not problems:
-        raise EvalError(f"{path} is not a results.json (no 'problems' list with per-problem n and c)")
-    for i, pr in enumerate(problems):
-        ok = isinstance(pr, dict) and isinstance(pr.get("n"), int) and isinstance(pr.get("c"), int)
-        if not ok or not (pr["n"] >= 1 and 0 <= pr["c"] <= pr["n"]):
-            raise EvalError(f"{path} is not a results.json (problem {i} lacks valid integer 'n' and 'c' with 0 <= c <= n)")
-    data.setdefault("path", str(p))
-    return data
-
-
 # --------------------------------------------------------------------------------------------- main
 def run_eval(
     model: Any,
@@ -521,7 +454,7 @@ def run_eval(
                     elapsed = (time.time() - t0) / len(idx)
                     for i, rec, s in zip(idx, recs, samples):
                         row = _grade(i, rec, s, bench, reward_fn, sampling, elapsed)
-                        fh.write(json.dumps(clean_json(row), ensure_ascii=False, default=_json_default) + "\n")
+                        fh.write(json.dumps(clean_json(row), ensure_ascii=False, default=json_default) + "\n")
                         fh.flush()
                         os.fsync(fh.fileno())
                         done[i] = row

@@ -60,7 +60,7 @@ def plot_pass_at_k(
     from matplotlib.ticker import FixedLocator, NullLocator
 
     from exploration_trl.eval import EvalError
-    from exploration_trl.eval.harness import load_results
+    from exploration_trl.eval.results import load_results
 
     if isinstance(results_paths_or_dicts, (str, Path, dict)):
         results_paths_or_dicts = [results_paths_or_dicts]

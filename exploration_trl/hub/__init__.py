@@ -1,8 +1,13 @@
 """Sharing trained models: Hub model cards (`write_model_card`) and uploads (`push_output_dir`).
 
-* :mod:`~exploration_trl.hub.cards` - `README.md` with Hub metadata (`base_model`, `library_name`, `tags`,
-  `datasets`, `model-index` with pass@k), the method and its citation, hyperparameters, training curves
-  (`training_curves.png`), loading instructions and framework versions.
+* :mod:`~exploration_trl.hub.cards` - `write_model_card` / `render_model_card`: `README.md` with Hub metadata,
+  the method and its citation, pass@k, hyperparameters, training curves, loading instructions and framework
+  versions, rendered from `templates/model_card.md.j2`. Its parts:
+  :mod:`~exploration_trl.hub.card_data` (the YAML header: `base_model`, `library_name`, `tags`, `datasets`,
+  `model-index` with pass@k), :mod:`~exploration_trl.hub.eval_results` (pass@k from `results.json` files),
+  :mod:`~exploration_trl.hub.tables` (pass@k, hyperparameter and version tables),
+  :mod:`~exploration_trl.hub.curves` (`training_curves.png`) and :mod:`~exploration_trl.hub.state` (the inputs
+  kept in the card so that a later call updates it).
 * :mod:`~exploration_trl.hub.push` - `push_output_dir`: card + `create_repo` + `upload_folder`, with one-line
   errors and no partial writes.
 * :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind each method.
@@ -16,14 +21,14 @@ from __future__ import annotations
 _LAZY = {
     "write_model_card": "exploration_trl.hub.cards",
     "render_model_card": "exploration_trl.hub.cards",
-    "load_card_state": "exploration_trl.hub.cards",
-    "collect_results": "exploration_trl.hub.cards",
-    "normalize_results": "exploration_trl.hub.cards",
-    "eval_results_from": "exploration_trl.hub.cards",
-    "plot_training_curves": "exploration_trl.hub.cards",
-    "extract_hyperparameters": "exploration_trl.hub.cards",
-    "detect_adapter": "exploration_trl.hub.cards",
     "RenderedCard": "exploration_trl.hub.cards",
+    "load_card_state": "exploration_trl.hub.state",
+    "collect_results": "exploration_trl.hub.eval_results",
+    "normalize_results": "exploration_trl.hub.eval_results",
+    "eval_results_from": "exploration_trl.hub.card_data",
+    "detect_adapter": "exploration_trl.hub.card_data",
+    "plot_training_curves": "exploration_trl.hub.curves",
+    "extract_hyperparameters": "exploration_trl.hub.tables",
     "push_output_dir": "exploration_trl.hub.push",
     "HubError": "exploration_trl.hub.push",
     "PAPERS": "exploration_trl.hub.citations",

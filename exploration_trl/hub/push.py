@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .cards import CARD_FILE, render_model_card, restore_files
+from .state import state_in
 
 __all__ = ["HubError", "push_output_dir", "DEFAULT_IGNORE_PATTERNS", "describe_hub_error"]
 
@@ -187,14 +188,4 @@ def push_output_dir(
 
 
 def _method_of(card_text: str) -> str | None:
-    import json
-
-    from .cards import _STATE_RE
-
-    m = _STATE_RE.search(card_text)
-    if not m:
-        return None
-    try:
-        return json.loads(m.group(1)).get("method")
-    except json.JSONDecodeError:
-        return None
+    return (state_in(card_text) or {}).get("method")

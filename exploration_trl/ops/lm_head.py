@@ -8,6 +8,9 @@ row chunks of `chunk_rows x vocab`, and recompute logits in the backward pass in
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 
 #: Rows projected at once: 64 rows x 152k vocab x 4 bytes is ~40 MB per buffer (TRL 1.16 tiles 4096 x 32768).
@@ -25,7 +28,7 @@ class _CandidateLogProbs(torch.autograd.Function):
     """log p(ids[m, k] | hidden[m]) with gradient to `hidden`, `weight` and `bias`; logits are recomputed in backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, ids, temperature, chunk_rows):
+    def forward(ctx, hidden, weight, bias, ids, temperature, chunk_rows, regather):
         out = hidden.new_empty(ids.shape, dtype=torch.float32)
         lse = hidden.new_empty(ids.shape[0], dtype=torch.float32)
         for s in range(0, hidden.shape[0], chunk_rows):
@@ -33,11 +36,16 @@ class _CandidateLogProbs(torch.autograd.Function):
             lse[s : s + chunk_rows] = torch.logsumexp(logits, dim=-1)
             out[s : s + chunk_rows] = logits.gather(-1, ids[s : s + chunk_rows]) - lse[s : s + chunk_rows, None]
         ctx.save_for_backward(hidden, weight, bias, ids, lse)
-        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        ctx.temperature, ctx.chunk_rows, ctx.regather = temperature, chunk_rows, regather
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
+        with ctx.regather():
+            return _CandidateLogProbs._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
         hidden, weight, bias, ids, lse = ctx.saved_tensors
         grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
@@ -61,7 +69,7 @@ class _CandidateLogProbs(torch.autograd.Function):
             grad_weight = grad_weight.to(weight.dtype)
         if grad_bias is not None:
             grad_bias = grad_bias.to(bias.dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
 def candidate_logps(
@@ -71,11 +79,15 @@ def candidate_logps(
     ids: torch.Tensor,
     temperature: float = 1.0,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    regather: Callable[[], AbstractContextManager] | None = None,
 ) -> torch.Tensor:
-    """Log-probs `(M, K)` of token `ids (M, K)` given `hidden (M, H)`, differentiable, O(chunk_rows x vocab) memory."""
-    if hidden.shape[0] == 0:
-        return hidden.new_zeros(ids.shape, dtype=torch.float32) + 0.0 * hidden.sum()
-    return _CandidateLogProbs.apply(hidden, weight, bias, ids.long(), temperature, chunk_rows)
+    """Log-probs `(M, K)` of token `ids (M, K)` given `hidden (M, H)`, differentiable, O(chunk_rows x vocab) memory.
+
+    `regather` returns a context the backward enters before it reads `weight` again: a sharded weight (DeepSpeed
+    ZeRO-3) is only materialised inside such a context. The function runs (forward and backward) even for
+    `M = 0`, so that every process of a sharded run enters that context the same number of times.
+    """
+    return _CandidateLogProbs.apply(hidden, weight, bias, ids.long(), temperature, chunk_rows, regather or nullcontext)
 
 
 @torch.no_grad()

@@ -18,17 +18,11 @@ Registered rewards (``get_reward(name, **options)``, ``list_rewards()``):
 ===================== =========================================================================
 """
 
-# The registry must be imported first: the reward modules import helpers from it.
-from exploration_trl.rewards.registry import (  # isort: skip
-    REWARDS,
+from exploration_trl.rewards._base import (
     completion_to_text,
-    get_reward,
-    list_rewards,
     peek_failure_counts,
     pop_failure_counts,
     record_failure,
-    register_reward,
-    resolve_rewards,
     reward_factory,
 )
 from exploration_trl.rewards.code import (
@@ -39,6 +33,7 @@ from exploration_trl.rewards.code import (
 from exploration_trl.rewards.countdown import countdown, make_countdown
 from exploration_trl.rewards.format import format_reward, make_format_reward
 from exploration_trl.rewards.math import math_accuracy
+from exploration_trl.rewards.registry import REWARDS, get_reward, list_rewards, register_reward, resolve_rewards
 from exploration_trl.rewards.shaping import make_length_penalty, make_repetition_penalty
 
 __all__ = [

@@ -17,11 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from exploration_trl.rewards.registry import (
-    completion_to_text,
-    record_failure,
-    reward_factory,
-)
+from exploration_trl.rewards._base import completion_to_text, reward_factory, score_each
 
 __all__ = ["FORMAT_PRESETS", "format_reward", "has_single_boxed", "make_format_reward"]
 
@@ -76,16 +72,7 @@ def make_format_reward(
             return regex.fullmatch(text.strip()) is not None
 
     def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        rewards = []
-        failures = 0
-        for completion in completions:
-            try:
-                rewards.append(1.0 if check(completion_to_text(completion)) else 0.0)
-            except Exception:  # noqa: BLE001 - never raise for a bad completion
-                failures += 1
-                rewards.append(0.0)
-        record_failure(name, failures)
-        return rewards
+        return score_each(name, completions, lambda _, completion: float(check(completion_to_text(completion))))
 
     format_reward.__name__ = name
     format_reward.__qualname__ = name

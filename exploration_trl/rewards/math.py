@@ -55,7 +55,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from exploration_trl.rewards.registry import (
+from exploration_trl.rewards._base import (
     broadcast_column,
     completion_to_text,
     record_failure,

@@ -1,4 +1,4 @@
-"""Reward registry, failure accounting and small helpers shared by every reward module.
+"""The reward registry: names to reward functions or factories, and the lookup TRL configs go through.
 
 A reward function follows TRL's signature ``func(completions, **columns) -> list[float | None]``.
 TRL calls it with ``prompts``, ``completions``, ``completion_ids``, every dataset column and the
@@ -6,7 +6,7 @@ TRL calls it with ``prompts``, ``completions``, ``completion_ids``, every datase
 and ignores unknown keyword arguments.
 
 Registry entries are either plain reward functions or *factories* (functions decorated with
-:func:`reward_factory` that build a reward function from keyword arguments):
+:func:`~exploration_trl.rewards._base.reward_factory` that build a reward function from keyword arguments):
 
 * ``get_reward("countdown")`` returns the plain function itself;
 * ``get_reward("countdown", format_score=0.1)`` binds the keyword arguments with
@@ -15,14 +15,7 @@ Registry entries are either plain reward functions or *factories* (functions dec
 * ``get_reward("length_penalty", max_length=512)`` calls the factory with the keyword arguments;
 * ``get_reward("my_pkg.rewards.my_reward")`` imports ``my_reward`` from ``my_pkg.rewards``.
 
-Failure accounting: a reward never raises because of a bad completion. When it cannot score a
-completion (malformed input, a crash inside the verifier, a timeout) it returns 0.0 (or None when
-the reference answer itself is unusable) and calls :func:`record_failure`. A trainer can call
-:func:`pop_failure_counts` once per step to log how many completions each reward failed to score.
-
-This module must be imported before the reward modules (``exploration_trl/rewards/__init__.py``
-does so): they import the helpers defined in the first half of this file, and the second half
-imports them to fill :data:`REWARDS`.
+Failure accounting and the helpers the reward modules share live in :mod:`exploration_trl.rewards._base`.
 """
 
 from __future__ import annotations
@@ -30,122 +23,26 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = [
-    "REWARDS",
-    "broadcast_column",
-    "completion_to_text",
-    "get_reward",
-    "list_rewards",
-    "peek_failure_counts",
-    "pop_failure_counts",
-    "record_failure",
-    "register_reward",
-    "resolve_rewards",
-    "reward_factory",
-]
+# The shared helpers stay importable from here too, where they used to live.
+from exploration_trl.rewards._base import (  # noqa: F401
+    broadcast_column,
+    completion_to_text,
+    is_reward_factory,
+    peek_failure_counts,
+    pop_failure_counts,
+    record_failure,
+    reward_factory,
+)
+from exploration_trl.rewards.code import code_execution
+from exploration_trl.rewards.countdown import countdown
+from exploration_trl.rewards.format import make_format_reward
+from exploration_trl.rewards.math import math_accuracy
+from exploration_trl.rewards.shaping import make_length_penalty, make_repetition_penalty
 
-# --------------------------------------------------------------------------------------------
-# Failure accounting
-# --------------------------------------------------------------------------------------------
-
-_FAILURES: Counter = Counter()
-_FAILURES_LOCK = threading.Lock()
-
-
-def record_failure(reward_name: str, count: int = 1) -> None:
-    """Count ``count`` completions that ``reward_name`` could not score (thread-safe)."""
-    if count <= 0:
-        return
-    with _FAILURES_LOCK:
-        _FAILURES[reward_name] += count
-
-
-def pop_failure_counts() -> dict[str, int]:
-    """Return ``{reward name: completions it failed to score}`` since the last call, and reset."""
-    with _FAILURES_LOCK:
-        counts = {name: n for name, n in _FAILURES.items() if n}
-        _FAILURES.clear()
-    return counts
-
-
-def peek_failure_counts() -> dict[str, int]:
-    """Like :func:`pop_failure_counts` but without resetting."""
-    with _FAILURES_LOCK:
-        return {name: n for name, n in _FAILURES.items() if n}
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers for reward implementations
-# --------------------------------------------------------------------------------------------
-
-
-def _content_to_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # multimodal-style content: [{"type": "text", "text": ...}, ...]
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        if parts or not content:
-            return "".join(parts)
-    raise TypeError(f"unsupported message content of type {type(content).__name__}")
-
-
-def completion_to_text(completion: Any) -> str:
-    """Plain text of one completion.
-
-    Accepts a string, a single message dict, or a conversation (list of message dicts), in which
-    case the content of the last ``assistant`` message is used (or of the last message when no
-    role is marked ``assistant``). Raises ``TypeError``/``ValueError`` for anything else; callers
-    turn that into a recorded failure.
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        return _content_to_text(completion.get("content", ""))
-    if isinstance(completion, (list, tuple)):
-        if not completion:
-            raise ValueError("empty conversation")
-        messages = [m for m in completion if isinstance(m, Mapping)]
-        if len(messages) != len(completion):
-            raise TypeError("conversation items must be message dicts")
-        for message in reversed(messages):
-            if message.get("role") == "assistant":
-                return _content_to_text(message.get("content", ""))
-        return _content_to_text(messages[-1].get("content", ""))
-    raise TypeError(f"unsupported completion of type {type(completion).__name__}")
-
-
-def broadcast_column(values: Any, n: int) -> list:
-    """A per-completion list from a dataset column (a list of length ``n``) or a single value."""
-    if isinstance(values, (list, tuple)) and len(values) == n:
-        return list(values)
-    if isinstance(values, (list, tuple)) and n != 1 and len(values) != n:
-        raise ValueError(f"column has {len(values)} values for {n} completions")
-    return [values] * n
-
-
-def reward_factory(func: Callable) -> Callable:
-    """Mark ``func`` as a factory: the registry calls it with the keyword arguments."""
-    func._is_reward_factory = True  # type: ignore[attr-defined]
-    return func
-
-
-def _is_factory(obj: Any) -> bool:
-    return bool(getattr(obj, "_is_reward_factory", False))
-
-
-# --------------------------------------------------------------------------------------------
-# Registry
-# --------------------------------------------------------------------------------------------
+__all__ = ["REWARDS", "get_reward", "list_rewards", "register_reward", "resolve_rewards"]
 
 REWARDS: dict[str, Callable] = {}
 
@@ -234,7 +131,7 @@ def get_reward(name: str | Callable, **kwargs: Any) -> Callable:
     else:
         raise _unknown(name)
 
-    if registered and _is_factory(func):
+    if registered and is_reward_factory(func):
         _check_kwargs(label, func, kwargs)
         reward = func(**kwargs)
         if not callable(reward):
@@ -276,16 +173,7 @@ def resolve_rewards(
     return [get_reward(n, **dict(reward_kwargs.get(n) or {})) if isinstance(n, str) else get_reward(n) for n in names]
 
 
-# --------------------------------------------------------------------------------------------
-# Built-in rewards (imported last: these modules import the helpers above)
-# --------------------------------------------------------------------------------------------
-
-from exploration_trl.rewards.code import code_execution
-from exploration_trl.rewards.countdown import countdown
-from exploration_trl.rewards.format import make_format_reward
-from exploration_trl.rewards.math import math_accuracy
-from exploration_trl.rewards.shaping import make_length_penalty, make_repetition_penalty
-
+# The built-in rewards.
 register_reward("math_accuracy", math_accuracy)
 register_reward("countdown", countdown)
 register_reward("code_execution", code_execution)

@@ -25,11 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from exploration_trl.rewards.registry import (
-    completion_to_text,
-    record_failure,
-    reward_factory,
-)
+from exploration_trl.rewards._base import completion_to_text, reward_factory, score_each
 
 __all__ = ["make_length_penalty", "make_repetition_penalty", "repeated_ngram_fraction", "soft_overlong_penalty"]
 
@@ -83,16 +79,12 @@ def make_length_penalty(
             raise ValueError("length_penalty(unit='tokens') needs completion_ids")
         if use_tokens and len(completion_ids) != len(completions):
             raise ValueError("completion_ids and completions differ in length")
-        rewards, failures = [], 0
-        for i, completion in enumerate(completions):
-            try:
-                length = len(completion_ids[i]) if use_tokens else len(completion_to_text(completion))
-                rewards.append(soft_overlong_penalty(length, max_length, buffer_length, penalty))
-            except Exception:  # noqa: BLE001 - never raise for a bad completion
-                failures += 1
-                rewards.append(0.0)
-        record_failure(name, failures)
-        return rewards
+
+        def score(i: int, completion: Any) -> float:
+            length = len(completion_ids[i]) if use_tokens else len(completion_to_text(completion))
+            return soft_overlong_penalty(length, max_length, buffer_length, penalty)
+
+        return score_each(name, completions, score)
 
     length_penalty.__name__ = length_penalty.__qualname__ = name
     return length_penalty
@@ -115,19 +107,12 @@ def make_repetition_penalty(
     def repetition_penalty(completions: Sequence[Any], completion_ids: Any = None, **kwargs: Any) -> list[float]:
         if unit == "tokens" and (completion_ids is None or len(completion_ids) != len(completions)):
             raise ValueError("repetition_penalty(unit='tokens') needs one completion_ids entry per completion")
-        rewards, failures = [], 0
-        for i, completion in enumerate(completions):
-            try:
-                if unit == "tokens":
-                    items = list(completion_ids[i])
-                else:
-                    items = completion_to_text(completion).lower().split()
-                rewards.append(repeated_ngram_fraction(items, ngram_size) * max_penalty)
-            except Exception:  # noqa: BLE001 - never raise for a bad completion
-                failures += 1
-                rewards.append(0.0)
-        record_failure(name, failures)
-        return rewards
+
+        def score(i: int, completion: Any) -> float:
+            items = list(completion_ids[i]) if unit == "tokens" else completion_to_text(completion).lower().split()
+            return repeated_ngram_fraction(items, ngram_size) * max_penalty
+
+        return score_each(name, completions, score)
 
     repetition_penalty.__name__ = repetition_penalty.__qualname__ = name
     return repetition_penalty

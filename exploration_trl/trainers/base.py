@@ -18,17 +18,19 @@ What it adds, without forking any TRL method:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
-from accelerate.utils import gather, is_peft_model
+from accelerate.utils import is_peft_model
+from torch.distributed.tensor import DTensor
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from ..core import advantages as core_adv
+from ..errors import HookDidNotRunError
 from ..ops.lm_head import token_statistics
+from ._collectives import gather_rows
 
 
 @dataclass
@@ -97,7 +99,7 @@ class RolloutBatch:
     prompt_mask: torch.Tensor
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
-    gather: Callable[[torch.Tensor], torch.Tensor]
+    num_processes: int
     global_step: int
     completion_logps: torch.Tensor | None = None
     completion_entropies: torch.Tensor | None = None
@@ -108,9 +110,17 @@ class RolloutBatch:
     def local_rewards(self) -> torch.Tensor:
         return self.rewards[self.process_slice]
 
-    def gather_padded(self, x: torch.Tensor, pad_value: float = 0.0) -> torch.Tensor:
-        """Gather a local `(B_local, T)` tensor whose `T` differs across processes, right-padding to the max."""
-        return self.gather(x, pad_dim=1, pad_value=pad_value)
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows of every process, in process order (floats as float32): `(B_local, ...)` -> `(B_global, ...)`."""
+        return gather_rows(x, self.num_processes)
+
+    def gather_padded(self, x: torch.Tensor, pad_value: float = 0.0, pad_side: str = "right") -> torch.Tensor:
+        """Gather a local `(B_local, T)` tensor whose `T` differs across processes, padding to the longest.
+
+        Completion tensors are right-padded (`pad_side="right"`); prompt tensors are left-padded, so gather them
+        with `pad_side="left"` to keep their last token aligned.
+        """
+        return gather_rows(x, self.num_processes, pad_dim=1, pad_value=pad_value, pad_side=pad_side)
 
 
 @dataclass
@@ -171,6 +181,40 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         self._lm_head_cache = (model, base, base.get_output_embeddings())
         return base, self._lm_head_cache[2]
 
+    def _is_policy(self, model) -> bool:
+        """True when `model` is the policy under any wrapper (DDP, DeepSpeed engine, FSDP, PEFT), not the reference.
+
+        TRL calls `_get_per_token_logps_and_entropies` with `self.model` in the rollout pass but with the *wrapped*
+        model (`self.model_wrapped`: the DDP module, the DeepSpeed engine) in the loss pass.
+        """
+        if model is self.model or model is self.model_wrapped:
+            return True
+        if self.ref_model is not None and model is self.ref_model:
+            return False
+        return self.accelerator.unwrap_model(model) is self.accelerator.unwrap_model(self.model)
+
+    @contextmanager
+    def _lm_head_weights(self):
+        """Yield `(weight, bias, regather)`: the LM head's full parameters for a direct projection, under any sharding.
+
+        ZeRO-3 keeps the head partitioned outside its module's forward, so it is gathered for the duration with
+        TRL's `maybe_gather_lm_head_ctx` (`regather` re-enters that context, for a custom backward that recomputes
+        with the weight). FSDP2 holds DTensors: `full_tensor()` all-gathers with autograd, so gradients reach the
+        shards. Gathering is a collective: every process must enter this context the same number of times, so
+        callers enter it even when they have no rows to project.
+        """
+        _, head = self._lm_head(self.model)
+        weight, bias = head.weight, head.bias
+        if isinstance(weight, DTensor):
+            weight = weight.full_tensor()
+            bias = bias.full_tensor() if isinstance(bias, DTensor) else bias
+            regather = nullcontext
+        else:
+            def regather():
+                return maybe_gather_lm_head_ctx(head.weight, head.bias)
+        with regather():
+            yield weight, bias, regather
+
     @contextmanager
     def _capturing(self, model, capture: _Capture):
         """Keep the backbone's last hidden states during TRL's fused-head forward.
@@ -195,7 +239,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
     ):
         capture = self._capture
-        if capture is None or capture.done or model is not self.model:
+        if capture is None or capture.done or not self._is_policy(model):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
             )
@@ -239,11 +283,20 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object).
             if need_rollout and (not capture.done or capture.logps is not output.get("old_per_token_logps")):
                 capture = self._rollout_pass(output)
+                if not capture.done:
+                    raise HookDidNotRunError(
+                        f"{self.method_name}: the rollout statistics it needs (log-probs, hidden states) were not "
+                        "captured on this step (`_get_per_token_logps_and_entropies` did not see the policy model); "
+                        "stopping rather than silently training something else. Please report this with your TRL "
+                        "version and launcher."
+                    )
         finally:
             self._capture = None
 
         batch = self._build_rollout_batch(output, capture if need_rollout else None)
+        self._ran_hooks = set()
         advantages = self._compute_advantages(batch)
+        self._check_hooks_ran("advantage", "`_compute_advantages` did not reach the method's override")
         advantages = self._apply_still_shapers(advantages, batch)
         output["advantages"] = advantages
         self._replace_logged_advantages(advantages, batch)
@@ -284,10 +337,9 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             )
         return capture
 
-    def _gather(self, x: torch.Tensor, pad_dim: int | None = None, pad_value: float = 0.0) -> torch.Tensor:
-        if pad_dim is not None:
-            x = self.accelerator.pad_across_processes(x, dim=pad_dim, pad_index=pad_value)
-        return gather(x)
+    def _gather(self, x: torch.Tensor, pad_dim: int | None = None, pad_value: float = 0.0,
+                pad_side: str = "right") -> torch.Tensor:
+        return gather_rows(x, self.accelerator.num_processes, pad_dim, pad_value, pad_side)
 
     def _build_rollout_batch(self, output, capture: _Capture | None) -> RolloutBatch:
         rewards_per_func = self._last_rewards_per_func
@@ -308,7 +360,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             prompt_mask=output["prompt_mask"],
             completion_ids=output["completion_ids"],
             completion_mask=output["completion_mask"],
-            gather=self._gather,
+            num_processes=self.accelerator.num_processes,
             global_step=self.state.global_step,
         )
         if capture is not None:
@@ -333,16 +385,15 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         owners = torch.cumsum(~same_as_prev, 0) - 1  # index among unique prompts for each row
         unique_rows = (~same_as_prev).nonzero(as_tuple=True)[0]
 
-        _, head = self._lm_head(self.model)
         logps = torch.zeros(n, plen, device=prompt_ids.device)
+        hidden = capture.hidden[unique_rows, : max(plen - 1, 0)]  # predicts prompt tokens 1..plen-1
+        targets = prompt_ids[unique_rows, 1:]
+        with self._lm_head_weights() as (weight, bias, _):  # entered on every process: it may gather
+            stats = token_statistics(
+                hidden.reshape(-1, hidden.size(-1)), weight, bias, targets.reshape(-1),
+                temperature=self.temperature, top_n=1,
+            )
         if plen > 1:
-            hidden = capture.hidden[unique_rows, : plen - 1]  # predicts prompt tokens 1..plen-1
-            targets = prompt_ids[unique_rows, 1:]
-            with maybe_gather_lm_head_ctx(head.weight, head.bias):
-                stats = token_statistics(
-                    hidden.reshape(-1, hidden.size(-1)), head.weight, head.bias, targets.reshape(-1),
-                    temperature=self.temperature, top_n=1,
-                )
             unique_logps = stats["target_logps"].view(len(unique_rows), plen - 1)
             logps[:, 1:] = unique_logps[owners]
         mask = prompt_mask.clone()
@@ -425,6 +476,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         # TRL's compute_loss -> _compute_loss calls `_get_per_token_logps_and_entropies` once for the policy;
         # our override captures that call (hidden states, entropies) and applies `_transform_policy_logps`.
         self._loss_inputs, self._loss_state = inputs, {}
+        self._ran_hooks = set()
         self._capture = _Capture(mode="loss") if self._needs_loss_capture() else None
         try:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -443,9 +495,39 @@ class ExplorationGRPOTrainer(GRPOTrainer):
                 loss = loss + self._aggregate_per_token(extra, self._loss_mask(inputs), inputs)
             if self.args.exploration_metrics:
                 self._log_token_metrics(inputs, capture)
+        self._check_hooks_ran(
+            "loss", f"TRL's loss did not call `_get_per_token_logps_and_entropies` with the policy model (it was "
+            f"given a {type(model).__name__})",
+        )
         self._log_loss_state_metrics(self._loss_state)
         self._loss_inputs, self._loss_state = None, {}
         return loss
+
+    # ------------------------------------------------------------------ no silent no-op
+    def _expected_hooks(self, side: str) -> list[str]:
+        """Names of the hooks this trainer must run on every step of `side` ("advantage" or "loss").
+
+        Each method class declares `hook = (side, name)`; a composed trainer (e.g. ProGRPO+CaSP) inherits several.
+        The exploration metrics count as a loss-side hook when they are switched on.
+        """
+        names = [cls.__dict__["hook"][1] for cls in type(self).__mro__
+                 if "hook" in cls.__dict__ and cls.__dict__["hook"][0] == side]
+        if side == "loss" and self.args.exploration_metrics:
+            names.append("exploration metrics")
+        return names
+
+    def _mark_hook_ran(self, name: str):
+        self._ran_hooks.add(name)
+
+    def _check_hooks_ran(self, side: str, reason: str):
+        missing = [n for n in self._expected_hooks(side) if n not in self._ran_hooks]
+        if missing:
+            mode = "training" if self.model.training else "evaluation"
+            raise HookDidNotRunError(
+                f"{' and '.join(missing)}: the {side}-side hook did not run on this {mode} step ({reason}); "
+                f"stopping rather than silently training plain GRPO. Please report this with your TRL version and "
+                f"launcher (accelerate/DeepSpeed/FSDP config)."
+            )
 
     @staticmethod
     def _loss_mask(inputs) -> torch.Tensor:
@@ -512,6 +594,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     @torch.no_grad()
     def _log_token_metrics(self, inputs, capture: _Capture):
         """Exploration metrics from the loss pass TRL already ran (no extra backbone pass)."""
+        self._mark_hook_ran("exploration metrics")
         mask = self._loss_mask(inputs).bool()
         entropies = capture.entropies.detach().float()
         correct = inputs.get("exploration_correct")
@@ -523,19 +606,18 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
         positions = mask.nonzero(as_tuple=False)
         k = min(self.args.exploration_metrics_max_tokens, positions.size(0))
+        # A private generator keeps the global RNG (sampling, shuffling) exactly as TRL's.
+        pick = torch.randperm(positions.size(0), generator=self._metrics_generator)[:k].to(positions.device)
+        rows, cols = positions[pick, 0], positions[pick, 1]
+        hidden = capture.completion_hidden().detach()[rows, cols]
+        targets = inputs["completion_ids"][rows, cols]
+        with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with k = 0
+            # Small row chunks: the top-p support may sort whole vocabulary rows (values and int64 indices).
+            s = token_statistics(
+                hidden, weight, bias, targets, temperature=self.temperature, top_n=3,
+                top_p=self.args.exploration_metrics_top_p, chunk_rows=16,
+            )
         if k > 0:
-            # A private generator keeps the global RNG (sampling, shuffling) exactly as TRL's.
-            pick = torch.randperm(positions.size(0), generator=self._metrics_generator)[:k].to(positions.device)
-            rows, cols = positions[pick, 0], positions[pick, 1]
-            hidden = capture.completion_hidden().detach()[rows, cols]
-            targets = inputs["completion_ids"][rows, cols]
-            _, head = self._lm_head(self.model)
-            with maybe_gather_lm_head_ctx(head.weight, head.bias):
-                # Small row chunks: the top-p support may sort whole vocabulary rows (values and int64 indices).
-                s = token_statistics(
-                    hidden, head.weight, head.bias, targets, temperature=self.temperature, top_n=3,
-                    top_p=self.args.exploration_metrics_top_p, chunk_rows=16,
-                )
             for n in range(3):
                 stats[f"exploration/lambda_{n + 1}"] = (s["topn_logps"][:, n].sum().item(), float(k))
             stats["exploration/lambda_sample"] = (s["target_logps"].sum().item(), float(k))

@@ -6,7 +6,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
-from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
@@ -55,6 +54,7 @@ class CaSPTrainer(ExplorationGRPOTrainer):
 
     config_class = CaSPConfig
     method_name = "casp"
+    hook = ("loss", "casp")
 
     def _needs_rollout_candidates(self) -> bool:
         return self._trl_computes_old_logps() or super()._needs_rollout_candidates()
@@ -79,14 +79,11 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         ids = torch.zeros(b, t, n, dtype=torch.long, device=forking.device)
         old = torch.zeros(b, t, n, device=forking.device)
         is_top1 = torch.zeros(b, t, dtype=torch.bool, device=forking.device)
-        if forking.any():
-            _, head = self._lm_head(self.model)
-            with maybe_gather_lm_head_ctx(head.weight, head.bias):
-                s = token_statistics(
-                    hidden[forking].detach(), head.weight, head.bias, completion_ids[forking],
-                    temperature=self.temperature, top_n=n,
-                )
-            ids[forking], old[forking], is_top1[forking] = s["topn_ids"], s["topn_logps"], s["is_top1"]
+        with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with no forking token
+            s = token_statistics(
+                hidden[forking].detach(), weight, bias, completion_ids[forking], temperature=self.temperature, top_n=n,
+            )
+        ids[forking], old[forking], is_top1[forking] = s["topn_ids"], s["topn_logps"], s["is_top1"]
         return forking, ids, old, is_top1
 
     def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
@@ -101,6 +98,7 @@ class CaSPTrainer(ExplorationGRPOTrainer):
 
     def _transform_policy_logps(self, logps, capture: _Capture, inputs, state):
         logps = super()._transform_policy_logps(logps, capture, inputs, state)
+        self._mark_hook_ran("casp")
         args = self.args
         mask = self._loss_mask(inputs)
         old = self._old_logps(inputs, logps)
@@ -113,13 +111,13 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
 
         # Candidate log-probs with gradient only where the smoothed target acts: forking tokens with A > 0.
+        # Computed on every process even with no such token: under ZeRO-3 the head is gathered in the forward
+        # and again in the backward, and every process must take part in both.
         need = forking & (advantages > 0) & mask.bool()
-        topn_log_ratio = torch.zeros_like(old_topn)
-        if need.any():
-            _, head = self._lm_head(self.model)
-            with maybe_gather_lm_head_ctx(head.weight, head.bias):
-                cur = candidate_logps(hidden[need], head.weight, head.bias, ids[need], temperature=self.temperature)
-            topn_log_ratio = topn_log_ratio.index_put((need,), cur - old_topn[need])
+        with self._lm_head_weights() as (weight, bias, regather):
+            cur = candidate_logps(hidden[need], weight, bias, ids[need], temperature=self.temperature,
+                                  regather=regather)
+        topn_log_ratio = torch.zeros_like(old_topn).index_put((need,), cur - old_topn[need])
         ratio = core_loss.casp_ratio(
             logps - old, topn_log_ratio, advantages, forking, is_top1,
             alpha=args.casp_alpha, top1_penalty=args.casp_top1_penalty,

@@ -49,12 +49,14 @@ class KLCovTrainer(ExplorationGRPOTrainer):
 
     config_class = KLCovConfig
     method_name = "kl_cov"
+    hook = ("loss", "kl_cov")
 
     def _needs_loss_capture(self) -> bool:
         return True
 
     def _extra_per_token_loss(self, inputs, capture: _Capture, state):
         extra = super()._extra_per_token_loss(inputs, capture, state)
+        self._mark_hook_ran("kl_cov")
         logps = capture.logps
         mask = self._loss_mask(inputs)
         old = self._old_logps(inputs, logps)
@@ -87,6 +89,7 @@ class ClipCovTrainer(ExplorationGRPOTrainer):
 
     config_class = ClipCovConfig
     method_name = "clip_cov"
+    hook = ("loss", "clip_cov")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -97,6 +100,7 @@ class ClipCovTrainer(ExplorationGRPOTrainer):
 
     def _transform_policy_logps(self, logps, capture: _Capture, inputs, state):
         logps = super()._transform_policy_logps(logps, capture, inputs, state)
+        self._mark_hook_ran("clip_cov")
         args = self.args
         mask = self._loss_mask(inputs)
         old = self._old_logps(inputs, logps)

@@ -42,12 +42,14 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
 
     config_class = DSGRPOConfig
     method_name = "dsgrpo"
+    hook = ("advantage", "dsgrpo")
 
     def _needs_rollout_logps(self) -> bool:
         return True
 
     def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         advantages = super()._compute_advantages(batch)
+        self._mark_hook_ran("dsgrpo")
         rewards = batch.local_rewards
         mask = batch.completion_mask
         new = core_adv.dsgrpo_advantages(

@@ -41,6 +41,7 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
 
     config_class = ProGRPOConfig
     method_name = "progrpo"
+    hook = ("advantage", "progrpo")
 
     def _needs_rollout_logps(self) -> bool:
         return True
@@ -50,12 +51,13 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
 
     def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         advantages = super()._compute_advantages(batch)
+        self._mark_hook_ran("progrpo")
         args = self.args
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         prompt_logps = prompt_mask = None
         if args.progrpo_baseline == "prompt":
-            prompt_logps = batch.gather_padded(batch.prompt_logps)
-            prompt_mask = batch.gather_padded(batch.prompt_logps_mask)
+            prompt_logps = batch.gather_padded(batch.prompt_logps, pad_side="left")
+            prompt_mask = batch.gather_padded(batch.prompt_logps_mask, pad_side="left")
         global_adv = batch.gather(advantages)
         new = core_adv.progrpo_advantages(
             global_adv, batch.rewards, batch.num_generations, logps, mask, prompt_logps, prompt_mask,

@@ -1,0 +1,108 @@
+"""The files an evaluation leaves behind: strict-JSON atomic writes and a validated ``results.json`` reader.
+
+Kept apart from the harness so that readers of results (plots, comparisons, model cards) need not import it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from exploration_trl.eval import EvalError
+
+__all__ = [
+    "RESULTS_FILE",
+    "clean_json",
+    "json_default",
+    "load_results",
+    "read_results_json",
+    "write_atomic",
+    "write_json_atomic",
+]
+
+RESULTS_FILE = "results.json"
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file in the same folder, then ``os.replace`` it onto ``path``: a reader
+    (or a crash) never sees half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Strict JSON (no NaN), indented, written with :func:`write_atomic`."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=json_default)
+    write_atomic(path, (text + "\n").encode("utf-8"))
+
+
+def json_default(o):
+    """``json`` fallback: numpy scalars and arrays as Python values, anything else as its ``str``."""
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def clean_json(x):
+    """NaN/inf -> None, recursively (strict JSON)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: clean_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean_json(v) for v in x]
+    return x
+
+
+def read_results_json(source: str | Path) -> tuple[Any, Path]:
+    """``(parsed JSON, file)`` of a ``results.json`` or the folder holding one, unchecked beyond being JSON;
+    raises :class:`EvalError` (a ``ValueError``) when the file is missing or not JSON."""
+    p = Path(source)
+    if p.is_dir():
+        p = p / RESULTS_FILE
+    if not p.is_file():
+        raise EvalError(f"results file not found: {source}")
+    try:
+        return json.loads(p.read_text(encoding="utf-8")), p
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise EvalError(f"{source} is not a results.json (not valid JSON)") from None
+
+
+def load_results(path: str | Path) -> dict:
+    """Read a ``results.json`` (or the folder holding one); raises :class:`EvalError` when it is not one.
+
+    Minimal accepted content: ``{"problems": [{"n": int, "c": int}, ...]}``.
+    """
+    data, p = read_results_json(path)
+    problems = data.get("problems") if isinstance(data, dict) else None
+    if not isinstance(problems, list) or not problems:
+        raise EvalError(f"{path} is not a results.json (no 'problems' list with per-problem n and c)")
+    for i, pr in enumerate(problems):
+        ok = isinstance(pr, dict) and isinstance(pr.get("n"), int) and isinstance(pr.get("c"), int)
+        if not ok or not (pr["n"] >= 1 and 0 <= pr["c"] <= pr["n"]):
+            raise EvalError(
+                f"{path} is not a results.json (problem {i} lacks valid integer 'n' and 'c' with 0 <= c <= n)"
+            )
+    data.setdefault("path", str(p))
+    return data

@@ -1,0 +1,117 @@
+"""Training curves for a card: mean reward and token entropy per logged step, from the trainer's log history."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from exploration_trl.eval.results import write_atomic
+
+__all__ = ["CURVES_FILE", "card_curves", "history_from_folder", "plot_training_curves", "training_summary"]
+
+CURVES_FILE = "training_curves.png"
+
+
+def history_from_folder(output_dir: Path) -> list[dict] | None:
+    """`log_history` of `trainer_state.json` in the folder, else of its newest `checkpoint-*`."""
+    candidates = [output_dir / "trainer_state.json"]
+    ckpts = sorted(
+        (p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+        reverse=True,
+    )
+    candidates += [c / "trainer_state.json" for c in ckpts]
+    for path in candidates:
+        if path.is_file():
+            try:
+                history = json.loads(path.read_text(encoding="utf-8")).get("log_history")
+            except (OSError, json.JSONDecodeError, AttributeError):
+                continue
+            if history:
+                return history
+    return None
+
+
+def _series(log_history: Iterable[Mapping], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for i, entry in enumerate(log_history or []):
+        v = entry.get(key) if isinstance(entry, Mapping) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            xs.append(float(entry.get("step", i)))
+            ys.append(float(v))
+    return xs, ys
+
+
+def plot_training_curves(log_history: Sequence[Mapping] | None, out: str | Path | None = None) -> bytes | None:
+    """PNG of the mean reward (± its std across completions when logged) and the token entropy per logged step.
+
+    Returns the PNG bytes (also written to `out` when given), or `None` when `log_history` has neither metric.
+    """
+    rx, ry = _series(log_history, "reward")
+    ex, ey = _series(log_history, "entropy")
+    if not ry and not ey:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    try:
+        for ax, xs, ys, title, color in ((axes[0], rx, ry, "mean reward", "tab:blue"),
+                                         (axes[1], ex, ey, "token entropy (nats)", "tab:orange")):
+            if ys:
+                ax.plot(xs, ys, marker="o" if len(ys) < 30 else None, markersize=3, linewidth=1.6, color=color)
+                if title == "mean reward":
+                    sx, sy = _series(log_history, "reward_std")
+                    if sy and sx == xs:
+                        ax.fill_between(xs, [y - s for y, s in zip(ys, sy)], [y + s for y, s in zip(ys, sy)],
+                                        alpha=0.15, color=color, linewidth=0)
+            else:
+                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(title)
+            ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    data = buf.getvalue()
+    if out is not None:
+        write_atomic(Path(out), data)
+    return data
+
+
+def training_summary(log_history: Sequence[Mapping] | None) -> str | None:
+    """One sentence: the first and last logged mean reward and token entropy."""
+    parts = []
+    for key, label, unit in (("reward", "mean reward", ""), ("entropy", "token entropy", " nats")):
+        _, ys = _series(log_history, key)
+        if len(ys) >= 2:
+            parts.append(f"{label} {ys[0]:.3g} → {ys[-1]:.3g}{unit}")
+        elif ys:
+            parts.append(f"{label} {ys[0]:.3g}{unit}")
+    if not parts:
+        return None
+    steps = [e.get("step") for e in log_history or [] if isinstance(e, Mapping) and "step" in e]
+    last = max((s for s in steps if isinstance(s, (int, float))), default=None)
+    where = f" over {int(last)} steps" if last else ""
+    return f"From the first to the last logged step{where}: " + "; ".join(parts) + "."
+
+
+def card_curves(
+    output_dir: Path, log_history: Sequence[Mapping] | None, recorded_summary: str | None
+) -> tuple[bytes | None, str | None, str | None]:
+    """`(png to write or None, link for the card or None, training summary)`: from `log_history`, else from
+    `trainer_state.json` in the folder; without either, a PNG already in the folder and the recorded summary."""
+    history = log_history if log_history is not None else history_from_folder(output_dir)
+    if history:
+        png = plot_training_curves(history)
+        return png, CURVES_FILE if png is not None else None, training_summary(history)
+    return None, CURVES_FILE if (output_dir / CURVES_FILE).is_file() else None, recorded_summary

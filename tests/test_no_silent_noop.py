@@ -1,0 +1,91 @@
+"""A configured method that does not act on a step stops training with one line naming it (never silent GRPO).
+
+This is how the multi-process bug showed: TRL hands the loss the *wrapped* model (DDP, DeepSpeed), the loss hooks
+did not recognise it, and CaSP / KL-Cov / Clip-Cov and the exploration metrics silently did nothing. The tests
+below reproduce each way a hook can be skipped and check that the guard fires.
+"""
+
+import pytest
+
+import exploration_trl as et
+from exploration_trl.cli import main as cli_main
+from exploration_trl.errors import HookDidNotRunError
+from exploration_trl.trainers.base import ExplorationGRPOTrainer
+from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt")
+
+
+class LossPassNotRecognised:
+    """Behaves like the bug: the loss pass's model is never taken for the policy."""
+
+    def _is_policy(self, model):
+        return False
+
+
+class AdvantageOverrideShortCircuited:
+    """A mixin that returns TRL's advantages without calling the method's override."""
+
+    def _compute_advantages(self, batch):
+        return batch.advantages
+
+
+def make(cls, ckpt, tmp_path, **overrides):
+    args = cls.config_class(**grpo_kwargs(tmp_path, max_steps=1, **overrides))
+    return cls(model=ckpt, reward_funcs=letter_reward, args=args, train_dataset=toy_dataset())
+
+
+@pytest.mark.parametrize("method", ["casp", "kl_cov", "clip_cov", "progrpo+casp"])
+def test_loss_hook_not_run_stops_training(method, ckpt, tmp_path):
+    base = et.get_trainer_class(method)
+    cls = type("Broken", (LossPassNotRecognised, base), {"config_class": base.config_class})
+    trainer = make(cls, ckpt, tmp_path, exploration_metrics=False)
+    with pytest.raises(HookDidNotRunError) as err:
+        trainer.train()
+    if method == "progrpo+casp":  # ProGRPO needs the rollout pass first, and that is the one it cannot see
+        assert str(err.value).startswith("progrpo+casp: the rollout statistics it needs")
+    else:
+        assert str(err.value).startswith(f"{method}: the loss-side hook did not run on this training step")
+    assert "\n" not in str(err.value)
+
+
+def test_exploration_metrics_not_run_stops_training(ckpt, tmp_path):
+    cls = type("Broken", (LossPassNotRecognised, ExplorationGRPOTrainer), {})
+    trainer = make(cls, ckpt, tmp_path)
+    with pytest.raises(HookDidNotRunError, match=r"^exploration metrics: the loss-side hook did not run"):
+        trainer.train()
+    # With the metrics switched off, plain GRPO has nothing to guard.
+    make(cls, ckpt, tmp_path / "off", exploration_metrics=False).train()
+
+
+@pytest.mark.parametrize("method", ["progrpo", "dsgrpo"])
+def test_advantage_hook_not_run_stops_training(method, ckpt, tmp_path):
+    base = et.get_trainer_class(method)
+    cls = type("Broken", (AdvantageOverrideShortCircuited, base), {"config_class": base.config_class})
+    trainer = make(cls, ckpt, tmp_path, exploration_metrics=False)
+    with pytest.raises(HookDidNotRunError, match=rf"^{method}: the advantage-side hook did not run"):
+        trainer.train()
+
+
+def test_working_trainers_pass_the_guard(ckpt, tmp_path):
+    trainer = make(et.get_trainer_class("progrpo+kl_cov"), ckpt, tmp_path, steps_per_generation=1)
+    trainer.train()
+    assert trainer.state.global_step == 1
+
+
+def test_cli_prints_one_line_and_fails(ckpt, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ExplorationGRPOTrainer, "_is_policy", lambda self, model: False)
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        f"method: casp\nmodel_name_or_path: {ckpt}\ndataset_name: countdown\nmax_train_samples: 4\n"
+        f"reward_funcs: [countdown]\noutput_dir: {tmp_path / 'out'}\nuse_cpu: true\nbf16: false\nmax_steps: 1\n"
+        "per_device_train_batch_size: 4\nnum_generations: 4\nmax_completion_length: 4\nreport_to: none\n"
+        "save_strategy: 'no'\n"
+    )
+    assert cli_main(["train", "--config", str(config)]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1
+    assert errors[0].startswith("error: casp and exploration metrics: the loss-side hook did not run on this training")
