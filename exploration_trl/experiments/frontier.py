@@ -101,7 +101,7 @@ def sweep_points(args, default: Sequence[Point], quick: Sequence[Point]) -> tupl
     return points, list(dict.fromkeys(m for m, _ in points))
 
 
-setting: Mapping[str, Any], prefixes: Sequence[str] = ()) -> str:
+def setting_label(setting: Mapping[str, Any], prefixes: Sequence[str] = ()) -> str:
     """`"alpha=0.1, tau=0.4"` (config field names without the method prefixes in `prefixes`); `"defaults"` if empty."""
     parts = []
     for name, value in setting.items():
