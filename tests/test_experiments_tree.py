@@ -328,6 +328,7 @@ def test_quick_sweep_writes_the_frontier(tmp_path, capsys):
     # best_settings.yaml is a valid --grid file
     points = frontier.load_grid(out / "best_settings.yaml", lambda m: m)
     assert ("grpo", {}) in points and sum(m == "grpo_entropy" for m, _ in points) == 2
+    assert "published setting" in printed
 
 
 def test_frontier_selection_rules():
@@ -358,3 +359,28 @@ def test_sweep_flags_need_sweep(tmp_path):
         tree.main_from_args(_parse("--quick", "--output", str(tmp_path)))
     with pytest.raises(ValueError, match="--policy: unknown policy"):
         tree.TrainSettings(policy="nope")
+
+
+@pytest.mark.parametrize("module", ["tree_sweep", "countdown_sweep"])
+def test_default_grids_hold_the_published_settings_and_span_100x(module):
+    """Every method's grid contains its published setting, and its main strength spans at least 100x."""
+    import importlib
+
+    from exploration_trl.experiments import frontier
+
+    mod = importlib.import_module(f"exploration_trl.experiments.{module}")
+    points = mod.TREE_GRID if module == "tree_sweep" else mod.COUNTDOWN_GRID
+    strength = {"grpo_entropy": "entropy_coef", "casp": "casp_alpha", "progrpo": "progrpo_alpha",
+                "dsgrpo": "ds_gamma_p", "kl_cov": "kl_cov_ratio", "clip_cov": "clip_cov_ratio"}
+    assert ("grpo", {}) in points and len(frontier.unique(points)) == len(points)
+    for method, key in strength.items():
+        assert (method, frontier.PUBLISHED[method]) in points, method
+        values = [s[key] for m, s in points if m == method and s.get(key)]
+        assert max(values) / min(values) >= 100, (method, values)
+    casp = [s for m, s in points if m == "casp"]
+    assert {s["casp_top1_penalty"] for s in casp} > {1.1} and {s["casp_top_n"] for s in casp} > {3}
+    assert {s["ds_logp_granularity"] for m, s in points if m == "dsgrpo"} == {"token", "sequence_mean", "sequence_sum"}
+    ds = [s for m, s in points if m == "dsgrpo"]
+    assert any(s["ds_gamma_p"] == 0 for s in ds) and any(s["ds_gamma_n"] == 0 for s in ds)  # gamma_p, gamma_n apart
+    if module == "tree_sweep":  # N up to all 4 actions, both forking regimes of a 3-token response
+        assert max(s["casp_top_n"] for s in casp) == 4 and {s["casp_entropy_quantile"] for s in casp} == {0.4, 0.8}

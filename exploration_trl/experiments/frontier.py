@@ -32,6 +32,18 @@ BASELINE = "grpo"
 ENTROPY_BONUS = "grpo_entropy"
 INITIAL = "initial_policy"
 
+#: Each method's published setting, as its config class's defaults (the entropy bonus has no paper value; 0.01 is
+#: the usual LLM coefficient): CaSP App. E; ProGRPO Sec. 4; DS-GRPO authors' scripts; KL-Cov / Clip-Cov official
+#: recipes. Every grid contains these points.
+PUBLISHED: dict[str, dict[str, Any]] = {
+    ENTROPY_BONUS: {"entropy_coef": 0.01},
+    "casp": {"casp_alpha": 0.01, "casp_entropy_quantile": 0.8, "casp_top_n": 3, "casp_top1_penalty": 1.1},
+    "progrpo": {"progrpo_alpha": 0.3},
+    "dsgrpo": {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01, "ds_logp_granularity": "token"},
+    "kl_cov": {"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
+    "clip_cov": {"clip_cov_ratio": 2e-4},
+}
+
 
 def grid(method: str, **axes: Sequence[Any]) -> list[Point]:
     """Every combination of the `axes` values for `method`: `grid("casp", casp_alpha=[0.01, 0.1])`."""
@@ -187,7 +199,9 @@ def findings(rows: Sequence[Mapping[str, Any]], accuracy: str, diversity: Sequen
                                     "tolerance": tolerance, "margin": margin}, "methods": {}}
     for method in dict.fromkeys(r["method"] for r in rows if r["method"] not in (BASELINE, INITIAL)):
         best = best_setting(rows, method, accuracy, diversity, floor)
-        entry: dict[str, Any] = {"best": best, "num_settings": sum(r["method"] == method for r in rows)}
+        published = next((r for r in rows if r["method"] == method and r["setting"] == PUBLISHED.get(method)), None)
+        entry: dict[str, Any] = {"best": best, "published": published,
+                                 "num_settings": sum(r["method"] == method for r in rows)}
         if best is not None and method != ENTROPY_BONUS:
             entry["vs_entropy_bonus"] = compare_to_entropy_bonus(best, rows, accuracy, diversity[0], margin)
         out["methods"][method] = entry
@@ -195,12 +209,13 @@ def findings(rows: Sequence[Mapping[str, Any]], accuracy: str, diversity: Sequen
 
 
 def best_points(found: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """`method -> [best setting]` for a grid file (`--grid`): GRPO and each method's best."""
+    """`method -> [published setting, best setting]` (each when known, without repeats) for a grid file (`--grid`),
+    GRPO first."""
     out: dict[str, list[dict[str, Any]]] = {BASELINE: [{}]}
     for method, entry in found.get("methods", {}).items():
-        if entry.get("best") is not None:
-            out[method] = [dict(entry["best"]["setting"])]
-    return out
+        settings = [dict(entry[k]["setting"]) for k in ("published", "best") if entry.get(k) is not None]
+        out[method] = [s for i, s in enumerate(settings) if s not in settings[:i]]
+    return {m: v for m, v in out.items() if v}
 
 
 # ------------------------------------------------------------------------------------------ tables and plots
@@ -288,15 +303,18 @@ def _errorbar(ax, rows, x, y, scale, **kwargs):
 def format_findings(found: Mapping[str, Any], columns: Sequence[tuple[str, str, int, float]],
                     prefixes: Sequence[str] = ()) -> str:
     """Markdown table of `findings`: each method's best setting, its metrics and the entropy-bonus comparison."""
-    header = ["method", "best setting", *(c[1] for c in columns), "beats the entropy bonus at equal accuracy?"]
+    header = ["method", "best setting", *(c[1] for c in columns), "beats the entropy bonus at equal accuracy?",
+              f"published setting: {columns[0][1]} / {columns[1][1]}"]
     lines = []
     diversity = found.get("rule", {}).get("diversity", [None])[0]
     dscale = next((c[3] for c in columns if c[0] == diversity), 1.0)
     for method, entry in found.get("methods", {}).items():
-        best = entry["best"]
+        best, published = entry["best"], entry.get("published")
+        pub = "-" if published is None else " / ".join(
+            f"{scale * published[key]['mean']:.{digits}f}" for key, _, digits, scale in columns[:2])
         if best is None:
             lines.append([method, f"none of {entry['num_settings']} reaches the accuracy floor",
-                          *(["-"] * len(columns)), "-"])
+                          *(["-"] * len(columns)), "-", pub])
             continue
         cells = [method, setting_label(best["setting"], prefixes)]
         cells += [f"{scale * best[key]['mean']:.{digits}f}" for key, _, digits, scale in columns]
@@ -308,5 +326,5 @@ def format_findings(found: Mapping[str, Any], columns: Sequence[tuple[str, str, 
         else:
             against = f"{vs['against']['method']} {setting_label(vs['against']['setting'], prefixes)}"
             cells.append(f"{'yes' if vs['beats'] else 'no'} ({dscale * vs['difference']:+.2f} vs {against})")
-        lines.append(cells)
+        lines.append([*cells, pub])
     return _common.markdown_table(header, lines)

@@ -141,14 +141,15 @@ def run_sweep(task: tree.TreeTask, points: Sequence[frontier.Point], seeds: Sequ
 
 
 def write_best_settings(path: Path, found: Mapping[str, Any], points: Sequence[frontier.Point]) -> Path:
-    """A `--grid` file: GRPO, each method's best setting, and the entropy bonus's whole grid (the comparison)."""
+    """A `--grid` file: GRPO, each method's published and best settings, and the entropy bonus's whole grid (the
+    comparison at equal accuracy)."""
     import yaml
 
     best = frontier.best_points(found)
     best[frontier.ENTROPY_BONUS] = [dict(s) for m, s in points if m == frontier.ENTROPY_BONUS]
     best = {m: v for m, v in best.items() if v}
-    header = ("# Written by `exploration-trl tree --sweep`: GRPO, each method's best setting (most modes covered at\n"
-              "# accuracy within the tolerance of GRPO's) and the entropy bonus's grid. Re-run with --grid.\n")
+    header = ("# Written by `exploration-trl tree --sweep`: GRPO, each method's published and best setting (most modes\n"
+              "# covered at accuracy within the tolerance of GRPO's) and the entropy bonus's grid. Re-run with --grid.\n")
     path.write_text(header + yaml.safe_dump(best, sort_keys=False))
     return path
 
