@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
     except HookDidNotRunError as e:  # not a user mistake: one line naming the method, and a non-zero exit
-        print(f"error: {e}", file=sys.stderr)
+        # Raised mid-training: start a fresh line, since a progress bar may hold the current one.
+        print(f"\nerror: {e}", file=sys.stderr)
         return 1
 
 

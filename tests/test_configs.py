@@ -30,10 +30,10 @@ SIZES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2
 PAPER_VALUES = {
     "grpo": {},
     "progrpo": {"progrpo_alpha": 0.3, "epsilon": 0.2, "epsilon_high": 0.28},  # clip [0.8, 1.28]
-    "dsgrpo": {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01, "epsilon_high": 0.25},
+    "dsgrpo": {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01, "epsilon_high": 0.25, "ds_logp_granularity": "token"},
     "casp": {"casp_top_n": 3, "casp_alpha": 0.01, "casp_top1_penalty": 1.1, "casp_entropy_quantile": 0.8},
     "kl_cov": {"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0, "epsilon": math.inf, "epsilon_high": math.inf},
-    "clip_cov": {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    "clip_cov": {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "epsilon": 1.0, "epsilon_high": 1.0},
 }
 #: Typical GRPO settings every method recipe shares.
 COMMON_VALUES = {"learning_rate": 1e-6, "num_generations": 8, "temperature": 1.0, "bf16": True, "use_vllm": True,
@@ -76,9 +76,29 @@ def parse(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ training YAMLs
+#: CaSP Appendix E gives other settings for logic and code tasks; they ship as task recipes beside the math ones.
+TASK_RECIPES = {
+    "casp_qwen2.5-7b_logic.yaml": {"casp_warmup_steps": 50, "casp_alpha": 0.005, "casp_top1_penalty": 1.05,
+                                   "epsilon_high": 0.28, "num_generations": 16, "casp_top_n": 3,
+                                   "casp_entropy_quantile": 0.8, "temperature": 1.0},
+    "casp_qwen2.5-7b_code.yaml": {"casp_warmup_steps": 0, "casp_alpha": 0.05, "casp_top1_penalty": 1.1,
+                                  "temperature": 0.6, "num_generations": 8, "casp_top_n": 3,
+                                  "casp_entropy_quantile": 0.8},
+}
+
+
 def test_every_method_and_size_has_a_recipe():
-    expected = {f"{m}_{s}.yaml" for m in METHODS for s in SIZES}
+    expected = {f"{m}_{s}.yaml" for m in METHODS for s in SIZES} | set(TASK_RECIPES)
     assert {p.name for p in method_yamls()} == expected
+
+
+@pytest.mark.parametrize("name", sorted(TASK_RECIPES))
+def test_casp_task_recipes(parse, name):
+    script_args, args, model_args = parse(METHOD_DIR / name)
+    assert script_args.method == "casp" and model_args.model_name_or_path == SIZES["qwen2.5-7b"]
+    for key, value in TASK_RECIPES[name].items():
+        assert getattr(args, key) == value, f"{name}: {key}={getattr(args, key)!r}, expected {value!r}"
+    assert args.beta == 0.0 and args.use_vllm and args.bf16
 
 
 @pytest.mark.parametrize("path", training_yamls(), ids=rel)
@@ -99,7 +119,7 @@ def test_training_yaml_parses(parse, path):
     assert training_args.generation_batch_size % training_args.num_generations == 0
 
 
-@pytest.mark.parametrize("path", method_yamls(), ids=rel)
+@pytest.mark.parametrize("path", [p for p in method_yamls() if p.name not in TASK_RECIPES], ids=rel)
 def test_method_recipe_values(parse, path):
     method, size = path.stem.split("_qwen")
     size = "qwen" + size
@@ -120,7 +140,7 @@ def test_method_recipe_values(parse, path):
     assert args.vllm_mode == ("colocate" if size == "qwen2.5-0.5b" else "server")
     if method in ("kl_cov", "clip_cov"):
         # The covariance methods split each rollout into several optimizer steps (their configs' default).
-        assert args.steps_per_generation == 4 * args.gradient_accumulation_steps
+        assert args.steps_per_generation == 8 * args.gradient_accumulation_steps
 
 
 def test_vllm_configs_cover_both_modes(parse):

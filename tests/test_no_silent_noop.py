@@ -86,6 +86,8 @@ def test_cli_prints_one_line_and_fails(ckpt, tmp_path, monkeypatch, capsys):
         "save_strategy: 'no'\n"
     )
     assert cli_main(["train", "--config", str(config)]) == 1
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1
+    # Progress bars end their lines with carriage returns; the error is the one line that starts with "error:".
+    lines = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, lines[-5:]
     assert errors[0].startswith("error: casp and exploration metrics: the loss-side hook did not run on this training")

@@ -38,7 +38,8 @@ class ExplorationGRPOConfig(GRPOConfig):
     """`GRPOConfig` plus the STILL advantage shapers and exploration-metric switches.
 
     With the defaults below (shapers off) training is exactly TRL's GRPO. Paper values: STILL report
-    (Sec. 3, Eq. 11/12) uses `ppl_shaping_alpha=0.01` and `position_bonus_gamma=0.1`.
+    (Sec. 3, Eq. 11/12) uses `ppl_shaping_alpha=0.01` and `position_bonus_gamma=0.1`, the position bonus switched
+    on at step 200 for 100 steps (the defaults of `position_bonus_start_step` / `position_bonus_num_steps`).
     """
 
     ppl_shaping_alpha: float = field(
@@ -50,10 +51,13 @@ class ExplorationGRPOConfig(GRPOConfig):
         metadata={"help": "STILL position bonus: A_t + sign(A) * gamma * sigmoid(...) (Eq. 12). 0 disables; paper: 0.1."},
     )
     position_bonus_start_step: int = field(
-        default=0, metadata={"help": "First global step at which the position bonus is applied."}
+        default=200,
+        metadata={"help": "First global step at which the position bonus is applied (STILL report: step 200, once "
+                  "the policy has learnt the task format)."},
     )
     position_bonus_num_steps: int | None = field(
-        default=None, metadata={"help": "Number of steps the position bonus stays on (None: until the end)."}
+        default=100,
+        metadata={"help": "Number of steps the position bonus stays on (STILL report: 100; None: until the end)."},
     )
     correct_reward_threshold: float = field(
         default=0.0,
@@ -154,6 +158,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self._capture: _Capture | None = None
         self._loss_state: dict = {}
+        self._ran_hooks: set[str] = set()  # hooks that acted on the current step (see `_check_hooks_ran`)
         self._metrics_generator = torch.Generator().manual_seed(int(self.args.seed))
 
     # ------------------------------------------------------------------ what methods need
@@ -168,6 +173,18 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     def _needs_loss_capture(self) -> bool:
         """True when the loss pass must keep the backbone's hidden states (loss hooks or metrics)."""
         return self.args.exploration_metrics
+
+    def _trl_computes_old_logps(self) -> bool:
+        """Mirror of TRL 1.16's condition for computing `old_per_token_logps` in `_generate_and_score_completions`.
+        `tests/test_trl_contract.py` checks it against what TRL actually returns."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or (
+            self.use_vllm and self.vllm_importance_sampling_correction
+        )
+
+    def _updates_per_rollout(self) -> float:
+        """Optimizer updates each generation batch feeds; 1 means fully on-policy (old log-probs == current)."""
+        return self.args.steps_per_generation * self.num_iterations / self.args.gradient_accumulation_steps
 
     # ------------------------------------------------------------------ capture plumbing
     def _lm_head(self, model):
@@ -275,6 +292,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             self._metrics[mode][f"rewards/{name}/failures"].append(value)
 
     def _generate_and_score_completions(self, inputs):
+        self._rollout_inputs = inputs  # the local rows (prompts, dataset columns), for hooks that need them
         need_rollout = self._needs_rollout_logps() or self._needs_prompt_logps() or self._needs_rollout_candidates()
         self._capture = _Capture(mode="rollout") if need_rollout else None
         try:

@@ -25,6 +25,11 @@ class CaSPConfig(ExplorationGRPOConfig):
     casp_entropy_quantile: float = field(
         default=0.8, metadata={"help": "Per-response entropy quantile above which a token forks (tau)."}
     )
+    casp_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Optimizer steps of plain GRPO before CaSP turns on (Appendix E: 50 on logic tasks, 0 on "
+                  "math and code)."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -34,6 +39,8 @@ class CaSPConfig(ExplorationGRPOConfig):
             raise ValueError(f"casp_entropy_quantile must be in [0, 1], got {self.casp_entropy_quantile}")
         if self.casp_top1_penalty <= 0:
             raise ValueError(f"casp_top1_penalty must be > 0, got {self.casp_top1_penalty}")
+        if self.casp_warmup_steps < 0:
+            raise ValueError(f"casp_warmup_steps must be >= 0, got {self.casp_warmup_steps}")
         if self.beta != 0.0:
             warnings.warn(
                 "CaSP with beta != 0: TRL's reference-KL term is computed from the log-probs CaSP hands the loss "
@@ -61,14 +68,6 @@ class CaSPTrainer(ExplorationGRPOTrainer):
 
     def _needs_loss_capture(self) -> bool:
         return True
-
-    def _trl_computes_old_logps(self) -> bool:
-        """Mirror of TRL 1.16's condition for computing `old_per_token_logps` in `_generate_and_score_completions`.
-        `tests/test_trl_contract.py` checks it against what TRL actually returns."""
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return self.args.gradient_accumulation_steps % generate_every != 0 or (
-            self.use_vllm and self.vllm_importance_sampling_correction
-        )
 
     def _candidates(self, hidden, completion_ids, entropies, mask):
         """Forking mask and, at forking tokens, the top-N candidates of the policy that produced `hidden`."""
@@ -100,6 +99,10 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         logps = super()._transform_policy_logps(logps, capture, inputs, state)
         self._mark_hook_ran("casp")
         args = self.args
+        active = self.state.global_step >= args.casp_warmup_steps
+        state.setdefault("metrics", {})["casp/active"] = (float(active), 1.0)
+        if not active:  # warm-up: plain GRPO (the hook ran and chose not to act; logged as casp/active = 0)
+            return logps
         mask = self._loss_mask(inputs)
         old = self._old_logps(inputs, logps)
         hidden = capture.completion_hidden()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -11,8 +12,8 @@ from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, _Capture
 
-#: The published KL-Cov / Clip-Cov recipes update several mini-batches per rollout (verl `ppo_mini_batch_size`).
-DEFAULT_UPDATES_PER_ROLLOUT = 4
+#: The published KL-Cov / Clip-Cov recipes run 8 optimizer updates per rollout (256 prompts, verl mini-batch 32).
+DEFAULT_UPDATES_PER_ROLLOUT = 8
 
 
 def _default_updates_per_rollout(config):
@@ -30,9 +31,14 @@ def _cov_metrics(prefix: str, selected: torch.Tensor, cov: torch.Tensor) -> dict
 class KLCovConfig(ExplorationGRPOConfig):
     """KL-Cov: no ratio clipping, plus `kl_cov_coef * |logp - old_logp|` on the `kl_cov_ratio` fraction of tokens
     with the largest log-prob/advantage covariance. The penalty only acts when a rollout feeds several optimizer
-    steps, so by default each rollout is split into 4 optimizer steps (`steps_per_generation`)."""
+    steps, so by default each rollout is split into 8 optimizer steps (`steps_per_generation = 8 x
+    gradient_accumulation_steps`), as the published recipes (256 prompts, mini-batch 32)."""
 
-    kl_cov_ratio: float = field(default=0.002, metadata={"help": "Fraction of tokens that get the KL penalty."})
+    kl_cov_ratio: float = field(
+        default=0.002,
+        metadata={"help": "Fraction of tokens that get the KL penalty. Each rollout feeds 8 optimizer updates by "
+                  "default (steps_per_generation = 8 x gradient_accumulation_steps), as the published recipes."},
+    )
     kl_cov_coef: float = field(default=1.0, metadata={"help": "Weight of the |logp - old_logp| penalty."})
     epsilon: float = field(default=math.inf, metadata={"help": "KL-Cov uses no ratio clipping."})
     epsilon_high: float | None = field(default=math.inf, metadata={"help": "KL-Cov uses no ratio clipping."})
@@ -50,6 +56,16 @@ class KLCovTrainer(ExplorationGRPOTrainer):
     config_class = KLCovConfig
     method_name = "kl_cov"
     hook = ("loss", "kl_cov")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self._updates_per_rollout() <= 1 and self.args.kl_cov_ratio > 0:
+            warnings.warn(
+                "kl_cov: every rollout feeds a single optimizer update (steps_per_generation x num_iterations = "
+                "gradient_accumulation_steps), so old log-probs equal current ones, |logp - old_logp| has no gradient "
+                "and KL-Cov trains as unclipped GRPO. Leave steps_per_generation unset (8 x gradient_accumulation_steps, "
+                "as the published recipes) or set num_iterations > 1.", UserWarning, stacklevel=2,
+            )
 
     def _needs_loss_capture(self) -> bool:
         return True
@@ -71,9 +87,13 @@ class KLCovTrainer(ExplorationGRPOTrainer):
 @dataclass
 class ClipCovConfig(ExplorationGRPOConfig):
     """Clip-Cov: a random `clip_cov_ratio` fraction of tokens with covariance in (`clip_cov_lb`, `clip_cov_ub`)
-    lose their gradient inside the usual clipped objective."""
+    lose their gradient. As in the official recipes, both clip ratios are 1 (a ratio range of [0, 2]): the random
+    covariance detaching replaces PPO's clipping, and each rollout feeds 8 optimizer updates."""
 
     clip_cov_ratio: float = field(default=2e-4, metadata={"help": "Fraction of tokens whose gradient is cut."})
+    epsilon: float = field(default=1.0, metadata={"help": "Lower clip: ratio >= 1 - epsilon (recipes: 1)."})
+    epsilon_high: float | None = field(default=1.0, metadata={"help": "Upper clip: ratio <= 1 + epsilon_high "
+                                                                       "(recipes: 1)."})
     clip_cov_lb: float = field(default=1.0, metadata={"help": "Lower covariance bound for candidates."})
     clip_cov_ub: float = field(default=5.0, metadata={"help": "Upper covariance bound for candidates."})
 
@@ -110,5 +130,16 @@ class ClipCovTrainer(ExplorationGRPOTrainer):
             self.epsilon_low, self.epsilon_high, generator=self._clip_cov_generator,
         )
         cov = core_loss.token_covariance(logps.detach(), advantages, mask)
-        state.setdefault("metrics", {}).update(_cov_metrics("clip_cov", selected, cov))
+        metrics = _cov_metrics("clip_cov", selected, cov)
+        acted = bool(selected.any())
+        metrics["clip_cov/no_selection_frac"] = (0.0 if acted else 1.0, 1.0)
+        state.setdefault("metrics", {}).update(metrics)
+        if not acted and args.clip_cov_ratio > 0 and not getattr(self, "_warned_no_selection", False):
+            self._warned_no_selection = True
+            warnings.warn(
+                f"clip_cov: no token of a micro-batch had a covariance in (clip_cov_lb, clip_cov_ub) = "
+                f"({args.clip_cov_lb}, {args.clip_cov_ub}), so Clip-Cov left that step unchanged (logged as "
+                "clip_cov/no_selection_frac). If it happens on most steps, widen the window.", UserWarning,
+                stacklevel=2,
+            )
         return torch.where(selected.to(logps.device), logps.detach(), logps)

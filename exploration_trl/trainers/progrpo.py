@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import warnings
+
 import torch
 
 from ..core import advantages as core_adv
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch
+from ._prompt_tokens import user_token_mask
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture
 
 PROGRPO_BASELINES = ("prompt", "group_mean")
+PROGRPO_PROMPT_TOKENS = ("all", "user")
 
 
 @dataclass
@@ -24,6 +28,22 @@ class ProGRPOConfig(ExplorationGRPOConfig):
     progrpo_baseline: str = field(
         default="prompt", metadata={"help": "Reference confidence: 'prompt' (Eq. 4) or 'group_mean' (Eq. 10)."}
     )
+    progrpo_skip_groups: str = field(
+        default="all_equal",
+        metadata={"help": "Groups that keep GRPO's advantage: 'all_equal' (Algorithm 1: all-wrong and all-right "
+                  "groups) or 'all_wrong' (Eq. 4 as printed: only groups with no correct completion)."},
+    )
+    progrpo_keep_sign: bool = field(
+        default=False,
+        metadata={"help": "Clamp shifted advantages so correct completions stay >= 0 and wrong ones <= 0 (not in the "
+                  "paper; the shift alone can flip a sign, logged as progrpo/sign_flip_frac)."},
+    )
+    progrpo_prompt_tokens: str = field(
+        default="all",
+        metadata={"help": "Prompt tokens the prompt confidence uses: 'all' (the prompt as the model reads it, chat "
+                  "template included, as the paper's verl-style setup tokenizes it) or 'user' (only the tokens of the "
+                  "last user message)."},
+    )
     epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip: ratio <= 1 + epsilon_high."})
 
     def __post_init__(self):
@@ -34,6 +54,12 @@ class ProGRPOConfig(ExplorationGRPOConfig):
             )
         if not 0.0 < self.progrpo_low_prob_fraction <= 1.0:
             raise ValueError(f"progrpo_low_prob_fraction must be in (0, 1], got {self.progrpo_low_prob_fraction}")
+        if self.progrpo_skip_groups not in core_adv.PROGRPO_SKIP_GROUPS:
+            raise ValueError(f"progrpo_skip_groups must be one of {', '.join(core_adv.PROGRPO_SKIP_GROUPS)}; "
+                             f"got {self.progrpo_skip_groups!r}")
+        if self.progrpo_prompt_tokens not in PROGRPO_PROMPT_TOKENS:
+            raise ValueError(f"progrpo_prompt_tokens must be one of {', '.join(PROGRPO_PROMPT_TOKENS)}; "
+                             f"got {self.progrpo_prompt_tokens!r}")
 
 
 class ProGRPOTrainer(ExplorationGRPOTrainer):
@@ -59,12 +85,21 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
             prompt_logps = batch.gather_padded(batch.prompt_logps, pad_side="left")
             prompt_mask = batch.gather_padded(batch.prompt_logps_mask, pad_side="left")
         global_adv = batch.gather(advantages)
-        new = core_adv.progrpo_advantages(
-            global_adv, batch.rewards, batch.num_generations, logps, mask, prompt_logps, prompt_mask,
-            alpha=args.progrpo_alpha, low_prob_fraction=args.progrpo_low_prob_fraction,
-            baseline=args.progrpo_baseline,
-        )
+
+        def shifted(keep_sign: bool) -> torch.Tensor:
+            return core_adv.progrpo_advantages(
+                global_adv, batch.rewards, batch.num_generations, logps, mask, prompt_logps, prompt_mask,
+                alpha=args.progrpo_alpha, low_prob_fraction=args.progrpo_low_prob_fraction,
+                baseline=args.progrpo_baseline, skip_groups=args.progrpo_skip_groups, keep_sign=keep_sign,
+                correct_threshold=args.correct_reward_threshold,
+            )
+
+        unclamped = shifted(keep_sign=False)
+        new = shifted(keep_sign=True) if args.progrpo_keep_sign else unclamped
         mode = "train" if self.model.training else "eval"
+        # Sign flips the shift causes (before `progrpo_keep_sign` clamps them), over all completions.
+        flips = ((global_adv > 0) & (unclamped < 0)) | ((global_adv < 0) & (unclamped > 0))
+        self._metrics[mode]["progrpo/sign_flip_frac"].append(flips.float().mean().item())
         conf = core_adv.confidence(logps, mask, args.progrpo_low_prob_fraction)
         self._metrics[mode]["progrpo/confidence_mean"].append(torch.nanmean(conf).item())
         if prompt_logps is not None:
@@ -72,3 +107,21 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
             self._metrics[mode]["progrpo/prompt_confidence_mean"].append(torch.nanmean(ref).item())
         self._metrics[mode]["progrpo/adjustment_abs_mean"].append((new - global_adv).abs().mean().item())
         return new[batch.process_slice]
+
+    def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
+        logps, mask = super()._prompt_logps(capture, output)
+        if self.args.progrpo_prompt_tokens == "user":
+            prompts = [x["prompt"] for x in self._rollout_inputs]
+            user, fallbacks = user_token_mask(
+                prompts, output["prompt_ids"], output["prompt_mask"], self.processing_class,
+                tools=self.tools or None, chat_template=self.chat_template, **self.chat_template_kwargs,
+            )
+            if fallbacks and not getattr(self, "_warned_user_tokens", False):
+                self._warned_user_tokens = True
+                warnings.warn(
+                    f"progrpo_prompt_tokens='user': for {fallbacks} of {len(prompts)} prompts the chat template could "
+                    "not be re-rendered to TRL's exact token ids, so those prompts use all their tokens. Set "
+                    "progrpo_prompt_tokens: all to silence this.", UserWarning, stacklevel=2,
+                )
+            mask = mask * user.to(mask.dtype)
+        return logps, mask
