@@ -20,8 +20,9 @@ from . import _common, countdown_tiny, frontier
 from .frontier import grid
 
 #: The default grid (published settings as in `tree_sweep.TREE_GRID`; strengths span >= 100x around them). Smaller
-#: than the tree's: one RL run here costs about 40 tree runs. With ~900 completion tokens per micro-batch, Clip-Cov
-#: ratios 2e-4 and 2e-3 both cut 1 token; KL-Cov 0.002 selects ~2.
+#: than the tree's: one RL run here costs about 40 tree runs. With ~1,000 completion tokens per micro-batch (128
+#: completions of ~8 tokens), Clip-Cov ratio 2e-4 cuts at most 1 token and KL-Cov 0.002 selects ~2.
+#: `frontier.MECHANISM_OFF` adds KL-Cov and Clip-Cov with their schedule but without their token selection.
 COUNTDOWN_GRID: list[frontier.Point] = frontier.unique([
     ("grpo", {}),
     *grid("grpo_entropy", entropy_coef=[0.001, 0.01, 0.03, 0.1]),
@@ -38,6 +39,7 @@ COUNTDOWN_GRID: list[frontier.Point] = frontier.unique([
     *grid("kl_cov", kl_cov_ratio=[0.002, 0.02, 0.2], kl_cov_coef=[1.0]),
     *grid("kl_cov", kl_cov_ratio=[0.02], kl_cov_coef=[0.1, 10.0]),
     *grid("clip_cov", clip_cov_ratio=[2e-4, 2e-3, 2e-2]),
+    *frontier.MECHANISM_OFF,
 ])
 
 #: `--quick`: one point per method, two for the entropy bonus.

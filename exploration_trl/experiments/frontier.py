@@ -44,6 +44,14 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     "clip_cov": {"clip_cov_ratio": 2e-4},
 }
 
+#: KL-Cov and Clip-Cov also change the rollout schedule (8 optimizer updates per rollout) and the ratio clipping;
+#: these settings keep that and switch the token selection's effect off (no penalty; a covariance window no token
+#: reaches), so a grid can tell the mechanism from the schedule.
+MECHANISM_OFF: list[Point] = [
+    ("kl_cov", {"kl_cov_ratio": 0.002, "kl_cov_coef": 0.0}),
+    ("clip_cov", {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1e8, "clip_cov_ub": 1e9}),
+]
+
 
 def grid(method: str, **axes: Sequence[Any]) -> list[Point]:
     """Every combination of the `axes` values for `method`: `grid("casp", casp_alpha=[0.01, 0.1])`."""

@@ -27,6 +27,7 @@ from .frontier import grid
 #: The entropy bonus has no paper value; 0.01 is the usual LLM coefficient. With 3 tokens per response the CaSP
 #: quantile has two regimes that fork at all (tau < 0.5: 2 tokens fork, 0.5 <= tau < 1: 1 token), hence 0.4 and 0.8.
 #: KL-Cov: with 48 tokens per micro-batch, ratios 0.002 and 0.02 both select 1 token (k = max(1, int(48 * ratio))).
+#: `frontier.MECHANISM_OFF` adds KL-Cov and Clip-Cov with their schedule but without their token selection.
 TREE_GRID: list[frontier.Point] = frontier.unique([
     ("grpo", {}),
     *grid("grpo_entropy", entropy_coef=[0.01, 0.03, 0.1, 0.3, 1.0]),
@@ -42,6 +43,7 @@ TREE_GRID: list[frontier.Point] = frontier.unique([
       for gran in ("sequence_mean", "sequence_sum") for g in (0.01, 0.1, 1.0)],
     *grid("kl_cov", kl_cov_ratio=[0.002, 0.02, 0.2, 0.5], kl_cov_coef=[0.1, 1.0, 10.0]),
     *grid("clip_cov", clip_cov_ratio=[2e-4, 2e-3, 2e-2, 0.2]),
+    *frontier.MECHANISM_OFF,
 ])
 
 #: `--quick`: one point per method (two for the entropy bonus, so it draws a line).
