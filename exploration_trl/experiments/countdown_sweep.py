@@ -133,6 +133,7 @@ def run_sweep(points: list[frontier.Point], settings: countdown_tiny.Settings, r
         result["plot"] = str(frontier.plot_frontier(
             rows, "pass_at_k", "pass_at_1", output / "frontier.png", scale=100.0,
             xlabel=f"pass@{k} on held-out problems (%)", ylabel="pass@1 on held-out problems (%)",
+            floor=found.get("rule", {}).get("floor"), zoom_margin=5 * PASS1_TOLERANCE,
             title=f"countdown-tiny: pass@1 vs pass@{k}, {settings.rl.steps} RL steps per setting "
                   f"({len(rl_seeds)} RL seed{'s' * (len(rl_seeds) > 1)}); initial policy = the SFT warm start"))
     _common.write_json(output / "sweep.json", result)

@@ -251,10 +251,12 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str,
 
 
 def plot_frontier(rows: Sequence[Mapping[str, Any]], x: str, y: str, out_png: str | Path, *, xlabel: str,
-                  ylabel: str, title: str, scale: float = 1.0) -> Path:
+                  ylabel: str, title: str, scale: float = 1.0, floor: float | None = None,
+                  zoom_margin: float = 0.0) -> Path:
     """Every setting of a method as a marker, a line through the method's Pareto-optimal settings (its frontier),
     GRPO and the initial policy as large single markers; error bars are the std over seeds. Left: every row;
-    right: the same, zoomed on the trained policies (the initial policy is usually far below them)."""
+    right: the same, zoomed on `y >= floor - zoom_margin` (the settings near GRPO's accuracy), with the selection
+    `floor` dashed."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -267,14 +269,19 @@ def plot_frontier(rows: Sequence[Mapping[str, Any]], x: str, y: str, out_png: st
             ax.set_xlabel(xlabel)
             ax.grid(True, alpha=0.3)
         axes[0].set_ylabel(ylabel)
-        trained = [r for r in rows if r["method"] != INITIAL]
-        if trained:
-            lo = min(mean(r, y) for r in trained) * scale
-            hi = max(mean(r, y) for r in trained) * scale
+        shown = [r for r in rows if r["method"] != INITIAL and (floor is None or mean(r, y) >= floor - zoom_margin)]
+        if shown:
+            lo = min(mean(r, y) for r in shown) * scale
+            hi = max(mean(r, y) for r in shown) * scale
             pad = max(hi - lo, 1e-3 * max(abs(hi), 1.0)) * 0.08
             axes[1].set_ylim(lo - pad, hi + pad)
+            xs = [mean(r, x) * scale for r in shown]
+            xpad = max(max(xs) - min(xs), 1e-3) * 0.08
+            axes[1].set_xlim(min(xs) - xpad, max(xs) + xpad)
+        if floor is not None:
+            axes[1].axhline(floor * scale, color="grey", linestyle="--", linewidth=0.8, label="selection floor")
         axes[0].set_title("all settings", fontsize=9)
-        axes[1].set_title("zoom on the trained policies", fontsize=9)
+        axes[1].set_title("zoom: the settings near GRPO's accuracy", fontsize=9)
         axes[1].legend(fontsize="small", loc="best")
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
@@ -305,7 +312,7 @@ def _draw_frontier(ax, rows, x, y, scale):
 def _errorbar(ax, rows, x, y, scale, **kwargs):
     ax.errorbar([mean(r, x) * scale for r in rows], [mean(r, y) * scale for r in rows],
                 xerr=[r[x]["std"] * scale for r in rows], yerr=[r[y]["std"] * scale for r in rows],
-                elinewidth=0.6, capsize=0, linestyle="none", **kwargs)
+                elinewidth=0.5, capsize=0, linestyle="none", **kwargs)
 
 
 def format_findings(found: Mapping[str, Any], columns: Sequence[tuple[str, str, int, float]],

@@ -134,7 +134,8 @@ def run_sweep(task: tree.TreeTask, points: Sequence[frontier.Point], seeds: Sequ
     if plot:
         result["plot"] = str(frontier.plot_frontier(
             rows, "modes_covered", "accuracy", output / "frontier.png", xlabel="rewarding sequences with >= 1% mass",
-            ylabel="accuracy (mass on rewarding sequences)",
+            ylabel="accuracy (mass on rewarding sequences)", floor=found.get("rule", {}).get("floor"),
+            zoom_margin=ACCURACY_TOLERANCE,
             title=f"Tree, {settings.policy} policy: accuracy vs modes covered "
                   f"(mean ± std over {len(seeds)} seed{'s' * (len(seeds) > 1)}, {settings.steps} steps)"))
     _common.write_json(output / "sweep.json", result)
