@@ -60,7 +60,6 @@ OPTIMIZERS = {"adam": "adamw_torch", "sgd": "sgd"}
 #: usually trained, step 0.1: the smallest of 0.05 / 0.1 with which GRPO passes 99.5% accuracy within 200 steps on
 #: every seed (0.05 stays near 99.2%). The table's logits are independent, so no step leaks between states.
 POLICY_DEFAULTS = {"lm": ("sgd", 0.05), "tabular": ("adam", 0.1)}
-DEFAULT_LEARNING_RATE = POLICY_DEFAULTS["lm"][1]
 #: Toy backbone for the tree (kwargs of `exploration_trl.toy.build_toy_model`).
 DEFAULT_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                      intermediate_size=128)
