@@ -140,14 +140,14 @@ def test_composed_method_saves_and_reloads_training_args(tmp_path):
     assert proc.stdout.split() == ["ProGRPOCaSPConfig", "3", "0.3"], proc.stderr[-1500:]
 
 
-def test_push_to_hub_without_token_fails_in_one_line_after_saving(tmp_path, capsys, monkeypatch):
-    """`push_to_hub: true` offline: the model is trained and saved, then one clear error line (nothing lost)."""
+def test_push_to_hub_without_token_fails_in_one_line_before_training(tmp_path, capsys, monkeypatch):
+    """`push_to_hub: true` without a token: one clear error line before any training (no run lost at its end)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
     msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, push_to_hub=True, hub_model_id="me/toy")])
-    assert msg.startswith("error: cannot push to the Hub: no token found")
-    assert (tmp_path / "out" / "model.safetensors").exists() and (tmp_path / "out" / "README.md").exists()
+    assert msg == "error: cannot push to the Hub: no token found (run `hf auth login`, or set HF_TOKEN)"
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def test_prompt_template_and_system_prompt_make_chat_prompts(tmp_path):

@@ -18,6 +18,7 @@ What it adds, without forking any TRL method:
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -28,8 +29,9 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from ..core import advantages as core_adv
-from ..errors import HookDidNotRunError
+from ..errors import HookDidNotRunError, NoRewardError
 from ..ops.lm_head import token_statistics
+from ..rewards._base import DEFAULT_CORRECT_THRESHOLD, is_correct
 from ._collectives import gather_rows
 
 
@@ -60,8 +62,10 @@ class ExplorationGRPOConfig(GRPOConfig):
         metadata={"help": "Number of steps the position bonus stays on (STILL report: 100; None: until the end)."},
     )
     correct_reward_threshold: float = field(
-        default=0.0,
-        metadata={"help": "A completion counts as correct when its total reward exceeds this (metrics, DS-GRPO)."},
+        default=DEFAULT_CORRECT_THRESHOLD,
+        metadata={"help": "A completion is correct when its total (weighted) reward is above this (metrics, DS-GRPO, "
+                  "ProGRPO's all_wrong/keep_sign; `exploration_trl.rewards.is_correct`). Raise it above any partial "
+                  "credit, e.g. 0.5 with a 0.1 format bonus."},
     )
     exploration_metrics: bool = field(
         default=True, metadata={"help": "Log exploration metrics (entropy by correctness, Λ(n), branching, pass@G)."}
@@ -78,12 +82,42 @@ class ExplorationGRPOConfig(GRPOConfig):
         metadata={"help": "Debugging: save each generation batch's rewards and advantages per process as .pt files."},
     )
 
+    # TRL turns checkpointing on through `gradient_checkpointing`, which transformers 5 deprecates (a FutureWarning
+    # at every start); the same default is set here through the current name, `activation_checkpointing`.
+    gradient_checkpointing: bool | None = field(
+        default=None, metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5)."}
+    )
+    activation_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Recompute activations in the backward pass to save memory (default: on, as TRL's GRPO)."},
+    )
+
     def __post_init__(self):
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True  # TRL's default, under the name transformers 5 reads
+        check_non_negative(self, {
+            "learning_rate": "a step size (e.g. 1e-6)",
+            "epsilon": "the lower clip range of the ratio (TRL: 0.2)",
+            "epsilon_high": "the upper clip range of the ratio",
+            "ppl_shaping_alpha": "the weight of STILL's perplexity shaping (paper: 0.01; 0 switches it off)",
+            "position_bonus_gamma": "the weight of STILL's position bonus (paper: 0.1; 0 switches it off)",
+        })
+        if self.temperature is not None and not self.temperature > 0:
+            raise ValueError(f"temperature is {self.temperature} but must be > 0: GRPO learns from sampled completions "
+                             "(TRL's default: 1.0)")
         super().__post_init__()
         if self.position_bonus_num_steps is not None and self.position_bonus_num_steps < 0:
             raise ValueError(f"position_bonus_num_steps must be >= 0 or None, got {self.position_bonus_num_steps}")
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+
+
+def check_non_negative(config, meanings: dict[str, str]):
+    """Raise a one-line `ValueError` naming the first of `meanings`' keys whose value is negative (None is unset)."""
+    for name, meaning in meanings.items():
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{name} is {value} but must be >= 0: it is {meaning}")
 
 
 @dataclass
@@ -276,8 +310,31 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         # TRL returns the rewards of every process (gathered); keep them for the advantage hook.
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
+        self._check_some_reward(rewards_per_func)
         self._log_reward_failures()
         return rewards_per_func
+
+    def _check_some_reward(self, rewards_per_func: torch.Tensor):
+        """No silent no-op when no reward scores anything (every value None/NaN: TRL then trains on zero advantages).
+
+        On the first batches this is a setup mistake, so training stops; after rewards were seen, a batch without
+        any is warned about once. `rewards_per_func` is gathered across processes, so every process decides alike.
+        """
+        if not bool(torch.isnan(rewards_per_func).all()):
+            self._some_reward_seen = True
+            return
+        names = ", ".join(self.reward_func_names)
+        if not getattr(self, "_some_reward_seen", False):
+            raise NoRewardError(
+                f"no reward scored any completion: every reward ({names}) returned None for every completion of the "
+                "first batch; check that the dataset has the columns the rewards read (e.g. `answer` for "
+                "math_accuracy) and that its reference answers parse"
+            )
+        if not getattr(self, "_warned_no_reward", False):
+            self._warned_no_reward = True
+            warnings.warn(f"no reward scored any completion of a generation batch at step {self.state.global_step} "
+                          f"(every reward of {names} returned None); that batch taught nothing. Warned once.",
+                          UserWarning, stacklevel=2)
 
     def _log_reward_failures(self):
         from ..rewards import pop_failure_counts
@@ -457,7 +514,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
     def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
         """Per-completion tensors carried to `compute_loss` (TRL shuffles and splits every tensor key)."""
-        correct = batch.local_rewards > self.args.correct_reward_threshold
+        correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold)
         return {"exploration_correct": correct}
 
     def _replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch):
@@ -477,7 +534,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             return
         mode = "train" if self.model.training else "eval"
         g = batch.num_generations
-        correct = (batch.rewards > self.args.correct_reward_threshold).float().view(-1, g)
+        correct = is_correct(batch.rewards, self.args.correct_reward_threshold).float().view(-1, g)
         self._metrics[mode]["exploration/pass_at_G"].append(correct.max(dim=1).values.mean().item())
         # Distinct completions per group: hash each local completion's token ids, then gather.
         ids, mask = batch.completion_ids, batch.completion_mask
@@ -520,6 +577,21 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         self._log_loss_state_metrics(self._loss_state)
         self._loss_inputs, self._loss_state = None, {}
         return loss
+
+    # ------------------------------------------------------------------ model card
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        """Write the package's card (method and paper, rewards, hyperparameters, LoRA settings, curves) instead of
+        TRL's generic one: `push_to_hub()` and every checkpoint call this. See `exploration_trl.hub.trainer_card`."""
+        if not self.is_world_process_zero():
+            return
+        from ..hub.trainer_card import write_trainer_card
+
+        write_trainer_card(self, output_dir=kwargs.get("output_dir"), dataset=dataset_name)
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call:  # a user's call; checkpoints and `push_to_hub` write the card themselves
+            self.create_model_card(output_dir=output_dir or self.args.output_dir)
 
     # ------------------------------------------------------------------ no silent no-op
     def _expected_hooks(self, side: str) -> list[str]:
@@ -598,7 +670,9 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         raise ValueError(f"Unknown loss type: {lt}")
 
     def _log_loss_state_metrics(self, state: dict):
-        """Log `state["metrics"]` (name -> (sum, count)) as global means, as TRL's `global_masked_mean` does."""
+        """Log `state["metrics"]` (name -> (sum, count)) as global means, as TRL's `global_masked_mean` does; a name
+        with no element on any process (count 0, e.g. `exploration/entropy_correct` without a correct completion) is
+        not logged that step rather than logged as NaN."""
         metrics = state.get("metrics")
         if not metrics:
             return
@@ -607,7 +681,8 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         local = torch.tensor([v for n in names for v in metrics[n]], dtype=torch.float32, device=self.accelerator.device)
         totals = self.accelerator.reduce(local, reduction="sum").view(-1, 2)
         for name, (total, count) in zip(names, totals.tolist(), strict=True):
-            self._metrics[mode][name].append(total / count if count > 0 else float("nan"))
+            if count > 0:  # decided from the reduced count, so every process skips alike (e.g. no correct completion)
+                self._metrics[mode][name].append(total / count)
 
     @torch.no_grad()
     def _log_token_metrics(self, inputs, capture: _Capture):
