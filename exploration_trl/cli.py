@@ -189,7 +189,7 @@ def _coerce_value(key: str, value, action, where: str):
         if kind == "int" and number is not None and float(number).is_integer():
             return int(number)
         if kind == "float" and number is not None:
-            return float(number)
+            return number if isinstance(value, (int, float)) else float(number)  # YAML's own numbers stay as they are
         what = "a whole number" if kind == "int" else "a number"
         raise CLIError(f"{key} in {where} must be {what}, got {value!r}; write e.g. {key}: {_example(kind)}")
     if kind == "string_to_bool":

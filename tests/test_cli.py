@@ -5,41 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from exploration_trl.cli import main, parse_train_args
-
-BASE = {
-    "method": "grpo",
-    "model_name_or_path": "toy",
-    "dataset_name": "countdown",
-    "max_train_samples": 8,
-    "reward_funcs": ["countdown"],
-    "use_cpu": True,
-    "max_steps": 1,
-    "per_device_train_batch_size": 4,
-    "num_generations": 4,
-    "max_completion_length": 4,
-    "save_strategy": "no",
-    "report_to": "none",
-}
-
-
-def write_yaml(tmp_path, **changes):
-    cfg = {**BASE, "output_dir": str(tmp_path / "out"), **changes}
-    cfg = {k: v for k, v in cfg.items() if v is not None}
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return str(path)
-
-
-def run_error(capsys, argv):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err  # one error line (progress bars of dataset loading may precede it)
-    return lines[0]
+from helpers import run_error, write_yaml
 
 
 def test_yaml_sets_method_config_and_cli_overrides(tmp_path):

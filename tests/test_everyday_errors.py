@@ -21,22 +21,9 @@ import exploration_trl as et
 from exploration_trl.cli import check_prompt_lengths, check_rewards, main, parse_train_args
 from exploration_trl.errors import NoRewardError
 from exploration_trl.rewards import get_reward, is_correct, missing_columns
-from helpers import grpo_kwargs, toy_checkpoint, toy_dataset, train
+from helpers import CLI_BASE as BASE
+from helpers import grpo_kwargs, run_error, toy_checkpoint, toy_dataset, train, write_yaml
 
-BASE = {
-    "method": "grpo",
-    "model_name_or_path": "toy",
-    "dataset_name": "countdown",
-    "max_train_samples": 8,
-    "reward_funcs": ["countdown"],
-    "use_cpu": True,
-    "max_steps": 1,
-    "per_device_train_batch_size": 4,
-    "num_generations": 4,
-    "max_completion_length": 4,
-    "save_strategy": "no",
-    "report_to": "none",
-}
 GRADED_REWARDS = '''
 def graded(completions, **kwargs):
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
@@ -54,23 +41,6 @@ def boom(completions, **kwargs):
 def nothing(completions, **kwargs):
     return [None for _ in completions]
 '''
-
-
-def write_yaml(tmp_path, name="cfg.yaml", **changes):
-    cfg = {**BASE, "output_dir": str(tmp_path / "out"), **changes}
-    cfg = {k: v for k, v in cfg.items() if v is not None}
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(cfg))
-    return str(path)
-
-
-def run_error(capsys, argv, status=2):
-    assert main(argv) == status
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def jsonl(path: Path, rows) -> str:
@@ -138,21 +108,17 @@ def test_temperature_zero(tmp_path, capsys):
     )
 
 
-def test_empty_jsonl(tmp_path, capsys):
-    (tmp_path / "d.jsonl").write_text("")
+@pytest.mark.parametrize(("content", "problem"), [
+    ("", "is empty; it needs one row per prompt (for .jsonl, one JSON object per line such as {\"prompt\": \"...\"})"),
+    ('{"prompt": "a"}\n{"prompt": \n', ": line 2 is not valid JSON (Expecting value, column 1); fix or remove that line "
+                                       "(one JSON object per line)"),
+], ids=["empty", "malformed"])
+def test_empty_or_malformed_jsonl(tmp_path, capsys, content, problem):
+    (tmp_path / "d.jsonl").write_text(content)
     data = str(tmp_path / "d.jsonl")
+    sep = "" if problem.startswith(":") else " "
     assert run_error(capsys, ["train", "--config", write_yaml(tmp_path, dataset_name=data)]) == (
-        f"error: dataset_name '{data}' is empty; it needs one row per prompt (for .jsonl, one JSON object per line "
-        'such as {"prompt": "..."})'
-    )
-
-
-def test_malformed_jsonl(tmp_path, capsys):
-    (tmp_path / "d.jsonl").write_text('{"prompt": "a"}\n{"prompt": \n')
-    data = str(tmp_path / "d.jsonl")
-    assert run_error(capsys, ["train", "--config", write_yaml(tmp_path, dataset_name=data)]) == (
-        f"error: dataset_name '{data}': line 2 is not valid JSON (Expecting value, column 1); fix or remove that "
-        "line (one JSON object per line)"
+        f"error: dataset_name '{data}'{sep}{problem}"
     )
 
 
