@@ -206,10 +206,9 @@ def _coerce_value(key: str, value, action, where: str):
 
 
 def _has_accelerator() -> bool:
-    import torch
+    from .trainers.base import has_accelerator
 
-    xpu = getattr(torch, "xpu", None)
-    return bool(torch.cuda.is_available() or torch.backends.mps.is_available() or (xpu and xpu.is_available()))
+    return has_accelerator()
 
 
 def _is_main_process() -> bool:

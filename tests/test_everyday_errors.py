@@ -351,6 +351,12 @@ def test_cpu_and_float32_chosen_without_a_gpu(tmp_path, capsys, monkeypatch):
     assert (args.use_cpu, args.bf16) == (True, True)
 
 
+def test_python_api_configs_also_choose_the_cpu_without_a_gpu(monkeypatch):
+    monkeypatch.setattr("exploration_trl.trainers.base.has_accelerator", lambda: False)
+    args = et.CaSPConfig(output_dir="unused", report_to=[])  # TRL alone stops at "doesn't support bf16/gpu"
+    assert (args.use_cpu, args.bf16, str(args.device)) == (True, False, "cpu")
+
+
 def test_no_gradient_checkpointing_future_warning_and_trl_default_kept():
     from exploration_trl.trainers import ExplorationGRPOConfig
 

@@ -95,6 +95,11 @@ class ExplorationGRPOConfig(GRPOConfig):
     def __post_init__(self):
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True  # TRL's default, under the name transformers 5 reads
+        if not self.use_cpu and not has_accelerator():
+            # No GPU: train on the CPU (in float32 unless bf16 was asked for) instead of stopping at transformers'
+            # "Your setup doesn't support bf16/gpu".
+            self.use_cpu = True
+            self.bf16 = False if self.bf16 is None else self.bf16
         check_non_negative(self, {
             "learning_rate": "a step size (e.g. 1e-6)",
             "epsilon": "the lower clip range of the ratio (TRL: 0.2)",
@@ -110,6 +115,12 @@ class ExplorationGRPOConfig(GRPOConfig):
             raise ValueError(f"position_bonus_num_steps must be >= 0 or None, got {self.position_bonus_num_steps}")
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+
+
+def has_accelerator() -> bool:
+    """True when torch sees a GPU (CUDA, ROCm, Apple MPS) or an Intel XPU."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(torch.cuda.is_available() or torch.backends.mps.is_available() or (xpu and xpu.is_available()))
 
 
 def check_non_negative(config, meanings: dict[str, str]):
