@@ -33,6 +33,7 @@ from ..errors import HookDidNotRunError, NoRewardError
 from ..ops.lm_head import token_statistics
 from ..rewards._base import DEFAULT_CORRECT_THRESHOLD, is_correct
 from ._collectives import gather_rows
+from ._generation_logps import GenerationLogps, padded
 
 
 @dataclass
@@ -66,6 +67,12 @@ class ExplorationGRPOConfig(GRPOConfig):
         metadata={"help": "A completion is correct when its total (weighted) reward is above this (metrics, DS-GRPO, "
                   "ProGRPO's all_wrong/keep_sign; `exploration_trl.rewards.is_correct`). Raise it above any partial "
                   "credit, e.g. 0.5 with a 0.1 format bonus."},
+    )
+    rollout_logps_from_generation: bool = field(
+        default=True,
+        metadata={"help": "When TRL computes no old log-probs (fully on-policy, transformers generation), read the "
+                  "rollout log-probs ProGRPO, DS-GRPO and STILL shaping need from the logits generation already "
+                  "computed, instead of one more forward pass over every completion. false: recompute them."},
     )
     exploration_metrics: bool = field(
         default=True, metadata={"help": "Log exploration metrics (entropy by correctness, Λ(n), branching, pass@G)."}
@@ -361,14 +368,16 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._rollout_inputs = inputs  # the local rows (prompts, dataset columns), for hooks that need them
+        self._generation_logps = None
         need_rollout = self._needs_rollout_logps() or self._needs_prompt_logps() or self._needs_rollout_candidates()
         self._capture = _Capture(mode="rollout") if need_rollout else None
         try:
             output = super()._generate_and_score_completions(inputs)
             capture = self._capture
-            # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object).
+            # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object); else the
+            # generation's own log-probs, else one added pass.
             if need_rollout and (not capture.done or capture.logps is not output.get("old_per_token_logps")):
-                capture = self._rollout_pass(output)
+                capture = self._capture_from_generation(output) or self._rollout_pass(output)
                 if not capture.done:
                     raise HookDidNotRunError(
                         f"{self.method_name}: the rollout statistics it needs (log-probs, hidden states) were not "
@@ -405,6 +414,40 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         payload = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in payload.items()}
         name = f"rollout{self._dump_count:04d}_rank{self.accelerator.process_index}.pt"
         torch.save(payload, os.path.join(self.args.debug_rollout_dir, name))
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # Relies on TRL 1.16 calling the model's `generate` (transformers path) inside this method, once per batch.
+        recorder = GenerationLogps(self.temperature) if self._records_generation_logps() else None
+        if recorder is None:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        with recorder.attached(self._lm_head(self.model)[0]):
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        self._generation_logps = recorder.per_row(completion_ids)
+        return completion_ids, logprobs
+
+    def _records_generation_logps(self) -> bool:
+        """Whether this rollout's log-probs can come from generation (see `_generation_logps`)."""
+        return (
+            self.args.rollout_logps_from_generation and self._capture is not None and self._needs_rollout_logps()
+            and not self._needs_rollout_candidates() and not self._trl_computes_old_logps() and not self.use_vllm
+            and not self.use_transformers_continuous_batching and not self.tools and not self._is_vlm
+            and self.environment_factories is None and self.rollout_func is None
+        )
+
+    def _capture_from_generation(self, output) -> _Capture | None:
+        """The rollout capture built from generation's log-probs, when they match TRL's completions."""
+        rows = self._generation_logps
+        self._generation_logps = None
+        if rows is None:
+            return None
+        lengths = output["completion_mask"].sum(dim=1).tolist()
+        if [r.numel() for r in rows] != [int(n) for n in lengths]:  # e.g. TRL post-processed the completions
+            return None
+        logps = padded(rows, output["completion_ids"].size(1), output["completion_ids"].device)
+        return _Capture(mode="rollout", logps=logps)
 
     def _rollout_pass(self, output) -> _Capture:
         """The one added no-grad pass, run only when a method needs rollout statistics TRL did not compute."""
@@ -472,20 +515,36 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         unique_rows = (~same_as_prev).nonzero(as_tuple=True)[0]
 
         logps = torch.zeros(n, plen, device=prompt_ids.device)
-        hidden = capture.hidden[unique_rows, : max(plen - 1, 0)]  # predicts prompt tokens 1..plen-1
-        targets = prompt_ids[unique_rows, 1:]
-        with self._lm_head_weights() as (weight, bias, _):  # entered on every process: it may gather
-            stats = token_statistics(
-                hidden.reshape(-1, hidden.size(-1)), weight, bias, targets.reshape(-1),
-                temperature=self.temperature, top_n=1,
-            )
+        if capture.hidden is None:  # rollout log-probs came from generation: one pass over the unique prompts
+            unique_logps = self._prompt_only_logps(prompt_ids[unique_rows], prompt_mask[unique_rows])
+        else:
+            hidden = capture.hidden[unique_rows, : max(plen - 1, 0)]  # predicts prompt tokens 1..plen-1
+            targets = prompt_ids[unique_rows, 1:]
+            with self._lm_head_weights() as (weight, bias, _):  # entered on every process: it may gather
+                stats = token_statistics(
+                    hidden.reshape(-1, hidden.size(-1)), weight, bias, targets.reshape(-1),
+                    temperature=self.temperature, top_n=1, entropy=False,
+                )
+            unique_logps = stats["target_logps"].view(len(unique_rows), max(plen - 1, 0))
         if plen > 1:
-            unique_logps = stats["target_logps"].view(len(unique_rows), plen - 1)
             logps[:, 1:] = unique_logps[owners]
         mask = prompt_mask.clone()
         first_valid = prompt_mask.float().argmax(dim=1)
         mask[torch.arange(n, device=mask.device), first_valid] = 0
         return logps, mask
+
+    @torch.no_grad()
+    def _prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """`(U, P - 1)`: log p(q_t | q_<t), t >= 1, from one no-grad forward over the prompts alone.
+
+        A single forward whatever the number of rows (`batch_size` = all of them), so that every process runs the
+        same number of forwards under ZeRO-3/FSDP, where each forward gathers parameters.
+        """
+        keep = max(prompt_ids.size(1) - 1, 1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, prompt_ids, prompt_mask, keep, batch_size=prompt_ids.size(0)
+        )
+        return logps[:, -(prompt_ids.size(1) - 1):] if prompt_ids.size(1) > 1 else logps[:, :0]
 
     def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """Return this process's advantages, `(B_local,)` or `(B_local, T)`.
@@ -695,6 +754,21 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             if count > 0:  # decided from the reduced count, so every process skips alike (e.g. no correct completion)
                 self._metrics[mode][name].append(total / count)
 
+    def _step_will_log(self) -> bool:
+        """Whether the optimizer step in progress ends in a log (HF's `DefaultFlowCallback` rule).
+
+        The LM-head statistics (Λ(n), branching factor) are computed only on such steps: their logged value is the
+        logging step's, not an average over the logging window (the entropy split stays an average: it is free).
+        """
+        args = self.args
+        if not self.model.training or args.logging_strategy == "epoch":
+            return True
+        if args.logging_strategy == "no":
+            return False
+        step = self.state.global_step + 1
+        every = self.state.logging_steps or args.logging_steps
+        return step % max(int(every), 1) == 0 or (step == 1 and args.logging_first_step)
+
     @torch.no_grad()
     def _log_token_metrics(self, inputs, capture: _Capture):
         """Exploration metrics from the loss pass TRL already ran (no extra backbone pass)."""
@@ -707,6 +781,9 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             for name, rows in (("correct", correct), ("wrong", ~correct)):
                 m = mask & rows[:, None]
                 stats[f"exploration/entropy_{name}"] = ((entropies * m).sum().item(), m.sum().item())
+        if not self._step_will_log():  # the same decision on every process: global_step is shared
+            self._log_loss_state_metrics({"metrics": stats})
+            return
 
         positions = mask.nonzero(as_tuple=False)
         k = min(self.args.exploration_metrics_max_tokens, positions.size(0))
@@ -716,10 +793,10 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         hidden = capture.completion_hidden().detach()[rows, cols]
         targets = inputs["completion_ids"][rows, cols]
         with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with k = 0
-            # Small row chunks: the top-p support may sort whole vocabulary rows (values and int64 indices).
+            # Small row chunks keep the float64 vocabulary buffers of the top-p count small.
             s = token_statistics(
                 hidden, weight, bias, targets, temperature=self.temperature, top_n=3,
-                top_p=self.args.exploration_metrics_top_p, chunk_rows=16,
+                top_p=self.args.exploration_metrics_top_p, chunk_rows=16, entropy=False,
             )
         if k > 0:
             for n in range(3):

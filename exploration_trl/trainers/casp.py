@@ -83,6 +83,7 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with no forking token
             s = token_statistics(
                 hidden[forking].detach(), weight, bias, completion_ids[forking], temperature=self.temperature, top_n=n,
+                entropy=False,
             )
         ids[forking], old[forking], is_top1[forking] = s["topn_ids"], s["topn_logps"], s["is_top1"]
         return forking, ids, old, is_top1
