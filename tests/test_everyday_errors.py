@@ -104,7 +104,7 @@ def test_wrong_type_in_yaml_and_numbers_yaml_reads_as_strings(tmp_path, capsys):
 
 def test_temperature_zero(tmp_path, capsys):
     assert run_error(capsys, ["train", "--config", write_yaml(tmp_path, temperature=0)]) == (
-        "error: temperature is 0.0 but must be > 0: GRPO learns from sampled completions (TRL's default: 1.0)"
+        "error: temperature is 0 but must be > 0: GRPO learns from sampled completions (TRL's default: 1.0)"
     )
 
 
@@ -467,14 +467,17 @@ def test_push_dry_run_renders_the_card_and_lists_files_offline(tmp_path, capsys,
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert main(["push", "--output-dir", str(folder), "--repo-id", "me/casp-toy", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert lines[0].startswith(f"dry run: would upload 7 files (") and lines[0].endswith(
+    lines = out[out.index("dry run:"):].splitlines()  # (DeepSpeed may print its accelerator line first)
+    assert lines[0].startswith("dry run: would upload 7 files (") and lines[0].endswith(
         f"from {folder} to https://huggingface.co/me/casp-toy:")
     assert any(line.startswith("  model.safetensors  (") for line in lines)
     assert "checkpoint-5" not in out  # checkpoints are not uploaded
     assert "README.md as it would be uploaded:" in out and "base_model: Qwen/Qwen2.5-0.5B-Instruct" in out
     assert "me/casp-toy" in out.split("README.md as it would be uploaded:")[1]  # the card names the repo
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    assert run_error(capsys, ["push", "--output-dir", str(folder)]) == (
+        "error: cannot push to the Hub: --repo-id is missing; give USER/NAME (or use --dry-run to preview)"
+    )
 
 
 # --------------------------------------------------------------------------------------------- 7. logs
