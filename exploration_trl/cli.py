@@ -225,7 +225,8 @@ def _device_defaults(parser, config: dict, argv: list[str]) -> str | None:
         return None
     parser.set_defaults(**defaults)
     chosen = ", ".join(f"{k}: {str(v).lower()}" for k, v in defaults.items())
-    return (f"info: no GPU found, so training runs on the CPU in float32 ({chosen}); set "
+    precision = " in float32" if "bf16" in defaults else ""
+    return (f"info: no GPU found, so training runs on the CPU{precision} ({chosen}); set "
             f"{'them' if len(defaults) > 1 else 'it'} in the YAML to choose otherwise")
 
 

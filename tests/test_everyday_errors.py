@@ -349,6 +349,9 @@ def test_cpu_and_float32_chosen_without_a_gpu(tmp_path, capsys, monkeypatch):
     )
     _, args, _ = parse_train_args(["--config", str(path), "--bf16", "true"])  # what the user sets wins
     assert (args.use_cpu, args.bf16) == (True, True)
+    assert capsys.readouterr().err.strip() == (
+        "info: no GPU found, so training runs on the CPU (use_cpu: true); set it in the YAML to choose otherwise"
+    )
 
 
 def test_python_api_configs_also_choose_the_cpu_without_a_gpu(monkeypatch):
