@@ -372,6 +372,23 @@ def test_no_gradient_checkpointing_future_warning_and_trl_default_kept():
     assert off.activation_checkpointing is False and off.gradient_checkpointing is False
 
 
+def test_training_prints_no_gradient_checkpointing_deprecations(tmp_path):
+    """TRL 1.16's rollout helpers call transformers' deprecated names on every rollout; only those are filtered."""
+    from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
+
+    cls = et.get_trainer_class("casp")
+    ckpt = toy_checkpoint(tmp_path / "ckpt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = cls(model=ckpt, reward_funcs=letter_reward, train_dataset=toy_dataset(),
+                      args=cls.config_class(**grpo_kwargs(tmp_path / "out", max_steps=1)))
+        trainer.train()
+        warnings.warn("`is_gradient_checkpointing` is deprecated (from user code)", FutureWarning)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "gradient_checkpointing" in m and "user code" not in m]
+    assert any("user code" in m for m in messages)  # the filter is scoped to transformers' model code
+
+
 def test_reward_module_in_the_current_folder_trains_and_no_false_alarm(tmp_path, capsys, rewards_module):
     """`my_rewards.graded` from ./my_rewards.py without PYTHONPATH; a run that learns gets no warning."""
     path = write_yaml(tmp_path, reward_funcs=["my_rewards.graded"], max_steps=2, learning_rate=0.05,

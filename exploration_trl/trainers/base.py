@@ -36,6 +36,12 @@ from ._collectives import gather_rows
 from ._generation_logps import GenerationLogps, padded
 
 
+#: transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16's rollout helpers
+#: (`disable_gradient_checkpointing`, `unwrap_model_for_generation`) still call the old names on every rollout,
+#: whatever the config says. Only these three messages, from transformers' model code, are filtered.
+_TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
+
+
 @dataclass
 class ExplorationGRPOConfig(GRPOConfig):
     """`GRPOConfig` plus the STILL advantage shapers and exploration-metric switches.
@@ -207,6 +213,8 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     method_name = "grpo"
 
     def __init__(self, *args, **kwargs):
+        warnings.filterwarnings("ignore", message=_TRL_ROLLOUT_DEPRECATIONS, category=FutureWarning,
+                                module="transformers.modeling_utils")
         super().__init__(*args, **kwargs)
         self._capture: _Capture | None = None
         self._loss_state: dict = {}
@@ -418,14 +426,12 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Relies on TRL 1.16 calling the model's `generate` (transformers path) inside this method, once per batch.
         recorder = GenerationLogps(self.temperature) if self._records_generation_logps() else None
-        if recorder is None:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)
-        with recorder.attached(self._lm_head(self.model)[0]):
+        with recorder.attached(self._lm_head(self.model)[0]) if recorder else nullcontext():
             completion_ids, logprobs = super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
-        self._generation_logps = recorder.per_row(completion_ids)
+        if recorder is not None:
+            self._generation_logps = recorder.per_row(completion_ids)
         return completion_ids, logprobs
 
     def _records_generation_logps(self) -> bool:
