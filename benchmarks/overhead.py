@@ -1,16 +1,23 @@
-"""Step time and peak memory of each method relative to TRL's `GRPOTrainer`, on one CPU workload.
+"""Step time and peak memory of each method relative to TRL's `GRPOTrainer`, on CPU workloads.
 
-Workload (issue 3): toy Qwen2 with a 32k vocabulary, 64-token completions, G=8, CPU. Every trial runs in a
-fresh subprocess (so peak memory is its own) and trials are interleaved round-robin across methods, so drift
-in machine load hits every method alike. Prints a table and writes a JSON of the ratios to TRL.
+Default run: toy Qwen2 with a 32k vocabulary, 64-token completions, G = 8, exploration metrics on. Every method
+on-policy (one optimizer step per rollout, where ProGRPO/DS-GRPO add one no-grad pass) and ProGRPO/DS-GRPO
+off-policy (`steps_per_generation: 2`, where TRL runs its own old-log-prob pass and they reuse it), each against
+TRL on the same workload. Every trial runs in a fresh subprocess (its peak memory is its own) and trials are
+interleaved round-robin, so drift in machine load hits every method alike. Reports min / median / max over rounds
+and writes `benchmarks/overhead.json`.
 
-    python benchmarks/overhead.py --rounds 3 --steps 6 --output benchmarks/overhead.json
+    python benchmarks/overhead.py                       # the table in the README (~10 min on 2 cores)
+    python benchmarks/overhead.py --check               # exit 1 if a median ratio misses its target beyond noise
+    python benchmarks/overhead.py --no-metrics          # exploration_metrics: false
+    python benchmarks/overhead.py --scaling             # vocabulary 32k/152k, length 64/512, G 8/16 (~25 min)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -20,10 +27,19 @@ import time
 from pathlib import Path
 
 METHODS = ["trl", "grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov"]
+OFF_POLICY_METHODS = ["trl", "progrpo", "dsgrpo"]
+#: Targets for the median step-time ratio to TRL (the memory target is 1.03 for every method).
+TIME_TARGETS = {"grpo": 1.03, "casp": 1.05, "kl_cov": 1.05, "clip_cov": 1.05, "progrpo": 1.10, "dsgrpo": 1.10}
+OFF_POLICY_TIME_TARGET = 1.03
+MEMORY_TARGET = 1.03
+BASE = {"vocab_size": 32768, "completion_length": 64, "num_generations": 8}
+#: The scaling run varies one factor at a time from BASE.
+SCALING = [dict(BASE), {**BASE, "vocab_size": 151936}, {**BASE, "completion_length": 512},
+           {**BASE, "num_generations": 16}]
 
 
-def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: str, threads: int = 2,
-              metrics: bool = True) -> dict:
+def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_generations: int, out: str,
+              threads: int, metrics: bool, steps_per_generation: int) -> dict:
     """One training run in this process; returns median step time and the peak RSS growth during training."""
     import psutil
     import torch
@@ -41,13 +57,14 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: s
     extra = {} if method == "trl" else {"exploration_metrics": metrics}
     args = config_cls(
         **extra,
-        output_dir=out, per_device_train_batch_size=8, num_generations=8, max_completion_length=completion_length,
-        max_steps=steps, learning_rate=1e-4, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-        seed=0, disable_tqdm=True,
-        # Same workload everywhere: one optimizer step per rollout, full-length completions.
-        steps_per_generation=1, generation_kwargs={"min_new_tokens": completion_length},
+        output_dir=out, per_device_train_batch_size=num_generations, num_generations=num_generations,
+        max_completion_length=completion_length, max_steps=steps, learning_rate=1e-4, logging_steps=1,
+        save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=0, disable_tqdm=True,
+        gradient_checkpointing=False,
+        # Same workload for every method: the same rollouts per optimizer step, full-length completions.
+        steps_per_generation=steps_per_generation, generation_kwargs={"min_new_tokens": completion_length},
     )
-    dataset = Dataset.from_dict({"prompt": ["abc", "bca", "cab", "acb"] * 8})
+    dataset = Dataset.from_dict({"prompt": ["abc", "bca", "cab", "acb"] * 16})
 
     def reward(completions, **kw):
         return [len(set(c)) / 32 for c in completions]
@@ -72,66 +89,174 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, out: s
     return {"step_time": statistics.median(step_times), "peak_rss_delta_mb": (peak[0] - before) / 2**20}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--completion-length", type=int, default=64)
-    parser.add_argument("--vocab-size", type=int, default=32768)
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per trial")
-    parser.add_argument("--no-metrics", action="store_true", help="exploration_metrics=False for our trainers")
-    parser.add_argument("--output", default="benchmarks/overhead.json")
-    parser.add_argument("--trial", nargs=2, metavar=("METHOD", "CKPT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+def machine_load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
-    if args.trial:  # child process: one measurement, printed as JSON
-        with tempfile.TemporaryDirectory() as out:
-            print("RESULT " + json.dumps(run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, out,
-                                                     args.threads, not args.no_metrics)))
-        return
 
+def _spread(values: list[float]) -> dict:
+    return {"min": round(min(values), 4), "median": round(statistics.median(values), 4), "max": round(max(values), 4)}
+
+
+def measure(workload: dict, methods: list[str], rounds: int, steps: int, threads: int, metrics: bool,
+            steps_per_generation: int, label: str) -> dict:
+    """Interleaved trials of `methods` on one workload; returns per-method spreads and ratios to `trl`."""
     from exploration_trl.toy import make_toy_checkpoint
 
-    methods = args.methods.split(",")
     results: dict[str, list[dict]] = {m: [] for m in methods}
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = str(make_toy_checkpoint(Path(tmp) / "ckpt", alphabet="abc", vocab_size=args.vocab_size))
-        for r in range(args.rounds):
+        ckpt = str(make_toy_checkpoint(Path(tmp) / "ckpt", alphabet="abc", vocab_size=workload["vocab_size"]))
+        for r in range(rounds):
             order = methods[r % len(methods):] + methods[: r % len(methods)]  # rotate the start each round
             for m in order:
-                cmd = [sys.executable, __file__, "--trial", m, ckpt, "--steps", str(args.steps),
-                       "--completion-length", str(args.completion_length), "--threads", str(args.threads)]
-                cmd += ["--no-metrics"] if args.no_metrics else []
+                cmd = [sys.executable, __file__, "--trial", m, ckpt, "--steps", str(steps), "--threads", str(threads),
+                       "--completion-length", str(workload["completion_length"]),
+                       "--num-generations", str(workload["num_generations"]),
+                       "--steps-per-generation", str(steps_per_generation)]
+                cmd += [] if metrics else ["--no-metrics"]
+                started = time.perf_counter()
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
-                    sys.exit(f"trial {m} failed:\n{proc.stderr[-3000:]}")
+                    sys.exit(f"trial {m} ({label}) failed:\n{proc.stderr[-3000:]}")
                 results[m].append(json.loads(line[7:]))
-                print(f"round {r + 1}/{args.rounds} {m:9s} {results[m][-1]}", flush=True)
-
-    ref = results.get("trl")
+                print(f"[{label}] round {r + 1}/{rounds} {m:9s} step {results[m][-1]['step_time']:.3f} s, "
+                      f"peak +{results[m][-1]['peak_rss_delta_mb']:.0f} MB ({time.perf_counter() - started:.0f} s)",
+                      flush=True)
+    ref_time = [x["step_time"] for x in results["trl"]]
+    ref_mem = [x["peak_rss_delta_mb"] for x in results["trl"]]
     table = {}
     for m in methods:
-        t = statistics.median(x["step_time"] for x in results[m])
-        mem = statistics.median(x["peak_rss_delta_mb"] for x in results[m])
-        row = {"step_time_s": round(t, 4), "peak_rss_delta_mb": round(mem, 1)}
-        if ref:
-            row["time_ratio"] = round(t / statistics.median(x["step_time"] for x in ref), 3)
-            row["memory_ratio"] = round(mem / statistics.median(x["peak_rss_delta_mb"] for x in ref), 3)
-        table[m] = row
-    print(f"\n{'method':10s} {'step s':>8s} {'x TRL':>7s} {'peak MB':>9s} {'x TRL':>7s}")
-    for m, row in table.items():
-        print(f"{m:10s} {row['step_time_s']:8.3f} {row.get('time_ratio', 1):7.3f} {row['peak_rss_delta_mb']:9.1f} "
-              f"{row.get('memory_ratio', 1):7.3f}")
-    meta = {"workload": {"vocab_size": args.vocab_size, "completion_length": args.completion_length,
-                         "num_generations": 8, "per_device_train_batch_size": 8, "steps": args.steps,
-                         "rounds": args.rounds, "threads": args.threads, "exploration_metrics": not args.no_metrics,
-                         "device": "cpu"}, "methods": table, "raw": results}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(meta, indent=2))
-    print(f"wrote {args.output}")
+        times = [x["step_time"] for x in results[m]]
+        mems = [x["peak_rss_delta_mb"] for x in results[m]]
+        table[m] = {
+            "step_time_s": _spread(times),
+            "peak_rss_delta_mb": _spread(mems),
+            # Ratios round by round (trials of a round ran back to back), then their spread.
+            "time_ratio": _spread([t / r for t, r in zip(times, ref_time, strict=True)]),
+            "memory_ratio": _spread([t / r for t, r in zip(mems, ref_mem, strict=True)]),
+        }
+    # Noise: how much TRL's own step time moved between rounds, relative to its median.
+    noise = (max(ref_time) - min(ref_time)) / statistics.median(ref_time)
+    return {"workload": {**workload, "metrics": metrics, "steps_per_generation": steps_per_generation,
+                         "rounds": rounds, "timed_steps": steps - 1, "threads": threads},
+            "time_noise": round(noise, 4), "methods": table, "raw": results}
+
+
+def print_table(run: dict, title: str):
+    print(f"\n{title} (time noise between rounds: ±{run['time_noise'] * 100:.0f}%)")
+    print(f"{'method':10s} {'step s':>8s} {'x TRL min/med/max':>20s} {'peak MB':>9s} {'mem x TRL med':>14s}")
+    for m, row in run["methods"].items():
+        tr = row["time_ratio"]
+        print(f"{m:10s} {row['step_time_s']['median']:8.3f} {tr['min']:6.2f} {tr['median']:6.2f} {tr['max']:6.2f} "
+              f"{row['peak_rss_delta_mb']['median']:9.1f} {row['memory_ratio']['median']:14.3f}")
+
+
+def check(runs: dict) -> list[str]:
+    """Median ratios above their target by more than the measured noise."""
+    misses = []
+    for name, run in runs.items():
+        noise = run["time_noise"]
+        for m, row in run["methods"].items():
+            if m == "trl":
+                continue
+            target = OFF_POLICY_TIME_TARGET if name == "off_policy" else TIME_TARGETS.get(m)
+            ratio = row["time_ratio"]["median"]
+            if target is not None and ratio > target + noise:
+                misses.append(f"{name}/{m}: step time {ratio:.3f}x TRL > target {target} + noise {noise:.3f}")
+            mem = row["memory_ratio"]["median"]
+            if mem > MEMORY_TARGET + 0.01:
+                misses.append(f"{name}/{m}: peak memory {mem:.3f}x TRL > target {MEMORY_TARGET}")
+    return misses
+
+
+def plot_scaling(runs: list[dict], path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    factors = [("vocab_size", "vocabulary"), ("completion_length", "completion tokens"), ("num_generations", "G")]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    for ax, (key, label) in zip(axes, factors, strict=True):
+        points = [r for r in runs if all(r["workload"][k] == BASE[k] for k in BASE if k != key)]
+        points.sort(key=lambda r: r["workload"][key])
+        xs = [r["workload"][key] for r in points]
+        for m in points[0]["methods"]:
+            if m == "trl":
+                continue
+            ax.plot(xs, [r["methods"][m]["time_ratio"]["median"] for r in points], marker="o", label=m)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel(label)
+    axes[0].set_ylabel("step time × TRL (median)")
+    axes[-1].legend(fontsize=8, loc="upper right")
+    fig.suptitle("Overhead against TRL GRPOTrainer as the workload grows (CPU, toy Qwen2)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4, help="optimizer steps per trial (the first is not timed)")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per trial")
+    parser.add_argument("--no-metrics", action="store_true", help="exploration_metrics: false for our trainers")
+    parser.add_argument("--scaling", action="store_true", help="vary vocabulary, length and G (writes a plot)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a median ratio misses its target")
+    parser.add_argument("--output", default=None, help="default: benchmarks/overhead.json (scaling.json)")
+    # A single trial, run in a child process.
+    parser.add_argument("--trial", nargs=2, metavar=("METHOD", "CKPT"), help=argparse.SUPPRESS)
+    parser.add_argument("--completion-length", type=int, default=BASE["completion_length"], help=argparse.SUPPRESS)
+    parser.add_argument("--num-generations", type=int, default=BASE["num_generations"], help=argparse.SUPPRESS)
+    parser.add_argument("--steps-per-generation", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.trial:
+        with tempfile.TemporaryDirectory() as out:
+            result = run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, args.num_generations,
+                               out, args.threads, not args.no_metrics, args.steps_per_generation)
+        print("RESULT " + json.dumps(result))
+        return 0
+
+    here = Path(__file__).parent
+    print(machine_load(), flush=True)
+    methods = args.methods.split(",")
+    if "trl" not in methods:
+        methods = ["trl", *methods]
+    metrics = not args.no_metrics
+    if args.scaling:
+        runs = {}
+        for workload in SCALING:
+            name = "_".join(f"{k}{v}" for k, v in workload.items())
+            runs[name] = measure(workload, methods, args.rounds, args.steps, args.threads, metrics, 1, name)
+            print_table(runs[name], name)
+        output = Path(args.output or here / "scaling.json")
+        plot_scaling(list(runs.values()), output.with_suffix(".png"))
+        print(f"wrote {output.with_suffix('.png')}")
+    else:
+        runs = {"on_policy": measure(BASE, methods, args.rounds, args.steps, args.threads, metrics, 1, "on-policy")}
+        off = [m for m in OFF_POLICY_METHODS if m in methods]
+        if len(off) > 1:
+            runs["off_policy"] = measure(BASE, off, args.rounds, args.steps, args.threads, metrics, 2, "off-policy")
+        for name, run in runs.items():
+            print_table(run, name)
+        output = Path(args.output or here / "overhead.json")
+    report = {"machine": machine_load(), "runs": runs}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2))
+    print(f"wrote {output}\n{machine_load()} (at the end)")
+    if args.check:
+        misses = check(runs)
+        for miss in misses:
+            print("MISS " + miss)
+        return 1 if misses else 0
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

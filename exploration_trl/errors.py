@@ -3,3 +3,8 @@
 
 class HookDidNotRunError(RuntimeError):
     """A configured method (or the exploration metrics) did not act on a step: a bug, never a user mistake."""
+
+
+class NoRewardError(ValueError):
+    """No reward function scored any completion of a generation batch (every value None/NaN) before any batch was
+    scored: a setup mistake (a missing or unreadable answer column), so nothing could be learnt."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import yaml
 from datasets import Dataset
 
 from exploration_trl.toy import build_toy, save_toy
@@ -70,3 +71,41 @@ def distinct_char_reward(completions, **kwargs):
     """Distinct characters per completion: varies within groups even for an untrained toy model."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [len(set(t)) / 8 for t in texts]
+
+
+# `exploration-trl train` in tests: a one-step toy run, and the one error line a mistake prints.
+CLI_BASE = {
+    "method": "grpo",
+    "model_name_or_path": "toy",
+    "dataset_name": "countdown",
+    "max_train_samples": 8,
+    "reward_funcs": ["countdown"],
+    "use_cpu": True,
+    "max_steps": 1,
+    "per_device_train_batch_size": 4,
+    "num_generations": 4,
+    "max_completion_length": 4,
+    "save_strategy": "no",
+    "report_to": "none",
+}
+
+
+def write_yaml(tmp_path, name="cfg.yaml", **changes):
+    """A training YAML: `CLI_BASE` with `changes` (a None value drops the key), output in `tmp_path/out`."""
+    cfg = {**CLI_BASE, "output_dir": str(tmp_path / "out"), **changes}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def run_error(capsys, argv, status=2):
+    """Run the CLI; assert it failed with `status`, no traceback and exactly one `error:` line, and return it."""
+    from exploration_trl.cli import main
+
+    assert main(argv) == status
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err  # one error line (progress bars of dataset loading may precede it)
+    return lines[0]

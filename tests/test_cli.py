@@ -5,41 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from exploration_trl.cli import main, parse_train_args
-
-BASE = {
-    "method": "grpo",
-    "model_name_or_path": "toy",
-    "dataset_name": "countdown",
-    "max_train_samples": 8,
-    "reward_funcs": ["countdown"],
-    "use_cpu": True,
-    "max_steps": 1,
-    "per_device_train_batch_size": 4,
-    "num_generations": 4,
-    "max_completion_length": 4,
-    "save_strategy": "no",
-    "report_to": "none",
-}
-
-
-def write_yaml(tmp_path, **changes):
-    cfg = {**BASE, "output_dir": str(tmp_path / "out"), **changes}
-    cfg = {k: v for k, v in cfg.items() if v is not None}
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return str(path)
-
-
-def run_error(capsys, argv):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err  # one error line (progress bars of dataset loading may precede it)
-    return lines[0]
+from helpers import run_error, write_yaml
 
 
 def test_yaml_sets_method_config_and_cli_overrides(tmp_path):
@@ -140,14 +107,14 @@ def test_composed_method_saves_and_reloads_training_args(tmp_path):
     assert proc.stdout.split() == ["ProGRPOCaSPConfig", "3", "0.3"], proc.stderr[-1500:]
 
 
-def test_push_to_hub_without_token_fails_in_one_line_after_saving(tmp_path, capsys, monkeypatch):
-    """`push_to_hub: true` offline: the model is trained and saved, then one clear error line (nothing lost)."""
+def test_push_to_hub_without_token_fails_in_one_line_before_training(tmp_path, capsys, monkeypatch):
+    """`push_to_hub: true` without a token: one clear error line before any training (no run lost at its end)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
     msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, push_to_hub=True, hub_model_id="me/toy")])
-    assert msg.startswith("error: cannot push to the Hub: no token found")
-    assert (tmp_path / "out" / "model.safetensors").exists() and (tmp_path / "out" / "README.md").exists()
+    assert msg == "error: cannot push to the Hub: no token found (run `hf auth login`, or set HF_TOKEN)"
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def test_prompt_template_and_system_prompt_make_chat_prompts(tmp_path):

@@ -96,6 +96,32 @@ def test_branching_factor_matches_bruteforce_and_batch_dims():
         branching_factor(lp, top_p=0.0)
 
 
+def _sorted_count(lp, top_p, atol=1e-6):
+    """The definition: sort descending, cumulative sum (float64), count until top_p is reached."""
+    p = lp.double().exp().sort(dim=-1, descending=True).values.cumsum(-1)
+    return ((p < top_p - atol).sum(-1) + 1).clamp(max=lp.shape[-1])
+
+
+@pytest.mark.parametrize("vocab", [50, 1000, 32768])
+def test_branching_factor_equals_the_sorted_definition_on_many_shapes(vocab):
+    g = torch.Generator().manual_seed(vocab)
+    rows = [
+        torch.randn(8, vocab, generator=g) * 0.02,  # nearly flat (an untrained model): ~0.95 V
+        torch.randn(8, vocab, generator=g) * 3.0,  # moderately peaked: hundreds of candidates
+        torch.randn(8, vocab, generator=g) * 12.0,  # peaked (a trained model): settled by the top-k head
+        torch.zeros(2, vocab),  # exactly uniform: every token in one bucket
+    ]
+    ties = torch.randint(0, 4, (4, vocab), generator=g).float()  # only 4 distinct values per row
+    rows.append(ties)
+    holes = torch.randn(4, vocab, generator=g)
+    holes[:, ::3] = -float("inf")  # zero-probability tokens
+    rows.append(holes)
+    lp = torch.cat(rows).log_softmax(-1)
+    for top_p in (0.5, 0.9, 0.95, 1.0):
+        expected = _sorted_count(lp, top_p)
+        assert torch.equal(branching_factor(lp, top_p=top_p), expected), top_p
+
+
 # ----------------------------------------------------------------------------- rank log-probs / Λ
 def test_rank_logprobs_and_lambda():
     lp = _logp([[0.1, 0.6, 0.3], [0.2, 0.2, 0.6], [0.5, 0.25, 0.25]])

@@ -45,11 +45,18 @@ def test_loss_hook_not_run_stops_training(method, ckpt, tmp_path):
     trainer = make(cls, ckpt, tmp_path, exploration_metrics=False)
     with pytest.raises(HookDidNotRunError) as err:
         trainer.train()
-    if method == "progrpo+casp":  # ProGRPO needs the rollout pass first, and that is the one it cannot see
-        assert str(err.value).startswith("progrpo+casp: the rollout statistics it needs")
-    else:
-        assert str(err.value).startswith(f"{method}: the loss-side hook did not run on this training step")
+    loss_side = method.split("+")[-1]
+    assert str(err.value).startswith(f"{loss_side}: the loss-side hook did not run on this training step")
     assert "\n" not in str(err.value)
+
+
+def test_rollout_statistics_not_captured_stops_training(ckpt, tmp_path):
+    """ProGRPO recomputing its rollout log-probs (not reading them from generation) through a pass it cannot see."""
+    base = et.get_trainer_class("progrpo")
+    cls = type("Broken", (LossPassNotRecognised, base), {"config_class": base.config_class})
+    trainer = make(cls, ckpt, tmp_path, exploration_metrics=False, rollout_logps_from_generation=False)
+    with pytest.raises(HookDidNotRunError, match=r"^progrpo: the rollout statistics it needs"):
+        trainer.train()
 
 
 def test_exploration_metrics_not_run_stops_training(ckpt, tmp_path):

@@ -11,7 +11,8 @@ import argparse
 
 from exploration_trl.eval import EvalError
 
-__all__ = ["register", "add_eval_parser", "add_compare_parser", "run_eval_command", "run_compare_command", "parse_ks"]
+__all__ = ["register", "add_eval_parser", "add_compare_parser", "run_eval_command", "run_compare_command", "parse_ks",
+           "check_same_benchmark"]
 
 _BENCH_HELP = (
     "built-in benchmark (gsm8k, math500, aime24, aime25, amc23, countdown3, humaneval) or a local "
@@ -82,6 +83,9 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("results", nargs="+", help="results.json files (or the folders holding them)")
     p.add_argument("--k", default=None, help="comma-separated k values (default: 1,2,4,... up to the largest n)")
     p.add_argument("--plot", default=None, metavar="PATH", help="write the overlaid pass@k curves to this PNG")
+    p.add_argument("--mixed-benchmarks", action="store_true",
+                   help="put results of different benchmarks side by side (by default that is an error: their "
+                        "pass@k are not comparable)")
     p.set_defaults(func=run_compare_command)
     return p
 
@@ -117,6 +121,12 @@ def _summary_lines(results: dict) -> list[str]:
 
 def run_eval_command(args: argparse.Namespace) -> int:
     from exploration_trl.eval.harness import run_eval
+    from exploration_trl.hub.model_source import check_model_source
+
+    try:  # before any model loads: a folder that does not exist is not looked up on the Hub
+        check_model_source(args.model, key="--model", hub=False)
+    except ValueError as e:
+        raise EvalError(str(e)) from None
 
     results = run_eval(
         model=args.model,
@@ -143,8 +153,30 @@ def run_eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _benchmark_of(results: dict) -> str:
+    bench = results.get("benchmark")
+    return str(bench.get("name") if isinstance(bench, dict) else bench)
+
+
+def check_same_benchmark(paths) -> None:
+    """`EvalError` when the results are of different benchmarks (a side-by-side table would compare apples with
+    oranges), naming one file of each."""
+    from exploration_trl.eval.results import load_results
+
+    first: dict[str, str] = {}
+    for path in paths:
+        first.setdefault(_benchmark_of(load_results(path)), str(path))
+    if len(first) > 1:
+        listed = "; ".join(f"{bench}: {path}" for bench, path in first.items())
+        raise EvalError(f"compare: the results are of different benchmarks ({listed}); compare runs of one "
+                        "benchmark, or pass --mixed-benchmarks to put them side by side anyway")
+
+
 def run_compare_command(args: argparse.Namespace) -> int:
     from exploration_trl.eval.compare import compare
+
+    if not getattr(args, "mixed_benchmarks", False):
+        check_same_benchmark(args.results)
 
     print(compare(args.results, ks=parse_ks(args.k), out_png=args.plot))
     return 0

@@ -12,8 +12,9 @@ Files written to ``output_dir``:
   :func:`summarize`), written atomically (temporary file in the same folder + ``os.replace``).
 * ``pass_at_k.png`` - the pass@k curve.
 
-Correctness: a completion is correct when its reward is ``>= Benchmark.success_threshold`` (1.0: full credit,
-so partial/format credit never counts); a ``None`` reward counts as wrong.
+Correctness: one definition with training, :func:`exploration_trl.rewards.is_correct`: a completion is correct when
+its reward is above ``correct_reward_threshold`` (0: the benchmarks' verifiers give 1 to a right answer and 0
+otherwise, with no partial credit); a ``None`` reward counts as wrong.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +34,7 @@ from exploration_trl.eval import EvalError
 from exploration_trl.eval.benchmarks import Benchmark, load_benchmark
 from exploration_trl.eval.generation import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, derive_seed
 from exploration_trl.eval.results import RESULTS_FILE, clean_json, json_default, load_results, write_json_atomic
+from exploration_trl.rewards._base import DEFAULT_CORRECT_THRESHOLD, is_correct
 
 __all__ = [
     "RESULTS_SCHEMA",
@@ -51,7 +54,8 @@ RESULTS_SCHEMA = "exploration_trl.eval/results/v1"
 SAMPLES_FILE, PLOT_FILE = "samples.jsonl", "pass_at_k.png"
 #: Settings that determine the samples; a resumed run must match them exactly.
 SAMPLING_KEYS = ("model", "benchmark", "reward", "n", "temperature", "top_p", "max_tokens", "seed", "backend")
-SUCCESS_THRESHOLD = 1.0
+#: Correct means reward > this (the default of training's `correct_reward_threshold`; see `is_correct`).
+CORRECT_REWARD_THRESHOLD = DEFAULT_CORRECT_THRESHOLD
 
 
 # --------------------------------------------------------------------------------------------- answers
@@ -441,6 +445,9 @@ def run_eval(
             chunks.setdefault(i // per_chunk, []).append(i)
         bar = tqdm(total=len(bench.records), initial=len(bench.records) - len(todo), desc=f"eval {bench.name}",
                    unit="problem", disable=not progress)
+        # The sampling bar nests under this one only in a terminal: elsewhere its cursor moves (`ESC[A`) litter the
+        # log, and the problem bar alone shows the progress.
+        inner_progress = progress and sys.stderr.isatty()
         try:
             with open(samples_path, "a", encoding="utf-8") as fh:
                 for idx in chunks.values():
@@ -449,7 +456,8 @@ def run_eval(
                     samples = generator.generate(
                         [r["prompt"] for r in recs], n, temperature=temperature, top_p=top_p,
                         max_new_tokens=max_tokens, batch_size=batch_size,
-                        seeds=[derive_seed(seed, i, str(r["id"])) for i, r in zip(idx, recs)], progress=progress,
+                        seeds=[derive_seed(seed, i, str(r["id"])) for i, r in zip(idx, recs)],
+                        progress=inner_progress,
                     )
                     elapsed = (time.time() - t0) / len(idx)
                     for i, rec, s in zip(idx, recs, samples):
@@ -491,7 +499,7 @@ def run_eval(
             "batch_size": batch_size,
             "diversity": diversity,
             "semantic": semantic,
-            "success_threshold": SUCCESS_THRESHOLD,
+            "correct_reward_threshold": CORRECT_REWARD_THRESHOLD,
         },
         "versions": package_versions(),
         "summary": summary,
@@ -536,7 +544,7 @@ def _grade(index: int, rec: dict, samples, bench: Benchmark, reward_fn, sampling
     scores = [None if s is None else float(s) for s in scores]
     if len(scores) != k:
         raise EvalError(f"reward {bench.reward!r} returned {len(scores)} scores for {k} completions")
-    correct = [s is not None and s >= SUCCESS_THRESHOLD for s in scores]
+    correct = [bool(is_correct(s, CORRECT_REWARD_THRESHOLD)) for s in scores]
     gold = rec.get("answer", rec.get("target"))
     return {
         "index": index,

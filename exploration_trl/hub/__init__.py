@@ -8,8 +8,14 @@
   :mod:`~exploration_trl.hub.tables` (pass@k, hyperparameter and version tables),
   :mod:`~exploration_trl.hub.curves` (`training_curves.png`) and :mod:`~exploration_trl.hub.state` (the inputs
   kept in the card so that a later call updates it).
+* :mod:`~exploration_trl.hub.trainer_card` - `write_trainer_card`: the card a trainer writes from `save_model()`,
+  `push_to_hub()` and checkpoints; :mod:`~exploration_trl.hub.outcome` - what a run did, in words (no weight
+  changed, a reward that never varied within a group).
 * :mod:`~exploration_trl.hub.push` - `push_output_dir`: card + `create_repo` + `upload_folder`, with one-line
-  errors and no partial writes.
+  errors and no partial writes; `check_push_ready` (token and network, before training) and `plan_push` (the
+  card and file list of a dry run).
+* :mod:`~exploration_trl.hub.model_source` - `check_model_source`: a model path or Hub id that can be loaded, checked
+  before any model loads.
 * :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind each method.
 * :mod:`~exploration_trl.hub.command` - the `exploration-trl push` subcommand.
 
@@ -29,6 +35,11 @@ _LAZY = {
     "detect_adapter": "exploration_trl.hub.card_data",
     "plot_training_curves": "exploration_trl.hub.curves",
     "extract_hyperparameters": "exploration_trl.hub.tables",
+    "write_trainer_card": "exploration_trl.hub.trainer_card",
+    "outcome_notes": "exploration_trl.hub.outcome",
+    "check_model_source": "exploration_trl.hub.model_source",
+    "check_push_ready": "exploration_trl.hub.push",
+    "plan_push": "exploration_trl.hub.push",
     "push_output_dir": "exploration_trl.hub.push",
     "HubError": "exploration_trl.hub.push",
     "PAPERS": "exploration_trl.hub.citations",

@@ -23,6 +23,7 @@ from .citations import METHOD_PAPERS
 
 __all__ = [
     "BENCHMARK_DATASETS",
+    "adapter_settings",
     "adapter_type",
     "bench_meta",
     "build_card_data",
@@ -66,10 +67,33 @@ def _adapter_config(output_dir: Path) -> dict:
         return {}
 
 
-def adapter_type(output_dir: Path) -> str:
+def adapter_type(output_dir: Path, config: Mapping | None = None) -> str:
     """The adapter's PEFT type as it is usually written (`LoRA`, ...); `LoRA` when the config does not say."""
-    name = str(_adapter_config(output_dir).get("peft_type") or "LoRA")
+    name = (config if config is not None else _adapter_config(output_dir)).get("peft_type") or "LoRA"
+    name = str(getattr(name, "value", name))
     return {"LORA": "LoRA"}.get(name, name)
+
+
+#: Adapter settings a card lists (those present in `adapter_config.json`), in this order.
+ADAPTER_KEYS = ("peft_type", "r", "lora_alpha", "lora_dropout", "target_modules", "modules_to_save", "bias",
+                "use_rslora", "use_dora", "init_lora_weights")
+
+
+def adapter_settings(output_dir: Path, config: Mapping | None = None) -> list[tuple[str, str]]:
+    """`(key, value)` rows of the adapter's settings (rank, alpha, dropout, target modules, ...) from `config` (a
+    PEFT config as a dict) or the folder's `adapter_config.json`; `[]` when there is neither."""
+    config = dict(config) if config is not None else _adapter_config(output_dir)
+    rows = []
+    for key in ADAPTER_KEYS:
+        value = config.get(key)
+        if value is None or (key in ("use_rslora", "use_dora") and value is False):
+            continue
+        if hasattr(value, "value"):  # enums (peft_type)
+            value = value.value
+        if isinstance(value, (set, frozenset, list, tuple)):
+            value = ", ".join(sorted(map(str, value)))
+        rows.append((key, str(value)))
+    return rows
 
 
 def _is_local(name: str) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 from exploration_trl.eval.results import write_atomic
 
 from .card_data import (
+    adapter_settings,
     adapter_type,
     build_card_data,
     detect_adapter,
@@ -39,6 +40,7 @@ from .card_data import (
 from .citations import METHOD_PAPERS, PAPERS, bibtex_for, method_parts
 from .curves import CURVES_FILE, card_curves, plot_training_curves
 from .eval_results import card_results, collect_results, normalize_results
+from .outcome import outcome_notes
 from .state import CARD_FILE, STATE_VERSION, dump_state, kept_notes, load_card_state, state_result
 from .tables import extract_hyperparameters, package_versions, result_table, still_on
 
@@ -196,6 +198,8 @@ def render_model_card(
     repo_id: str | None = None,
     reward_funcs: Sequence[str] | None = None,
     template: str | Path | None = None,
+    outcome: Mapping | None = None,
+    adapter_config: Mapping | None = None,
 ) -> RenderedCard:
     """Render the card for `output_dir` without writing anything (see :func:`write_model_card`)."""
     from huggingface_hub import ModelCard
@@ -219,6 +223,12 @@ def render_model_card(
     reward_funcs = list(reward_funcs) if reward_funcs is not None else state.get("reward_funcs")
     is_adapter = bool(detect_adapter(output_dir) if is_adapter is None else is_adapter)
     adapter = adapter_type(output_dir) if is_adapter else None
+    if adapter is not None and adapter_config is not None and adapter_config.get("peft_type"):
+        adapter = adapter_type(output_dir, adapter_config)
+    lora = (adapter_settings(output_dir, adapter_config) or [tuple(x) for x in state.get("adapter_settings") or []]
+            if is_adapter else [])
+    outcome = dict(outcome) if outcome is not None else dict(state.get("outcome") or {})
+    notes = outcome_notes(outcome)
 
     hp, still, versions, trainer_name = _training_record(method, training_args, state)
     png, curves, summary = card_curves(output_dir, log_history, state.get("training_summary"))
@@ -233,12 +243,14 @@ def render_model_card(
 
     methods, method_display = _methods(parts, still)
     what = f"a fine-tuned version of {base_display}" if adapter is None else f"a {adapter} adapter for {base_display}"
-    intro = (
-        f"This model is {what}, trained with reinforcement learning from verifiable rewards using "
-        f"**{method_display}** in [exploration-trl](https://pypi.org/project/exploration-trl/) "
-        "(exploration-preserving RLVR methods for [TRL](https://github.com/huggingface/trl))"
-        + (f" on {dataset_display}." if dataset_display else ".")
-    )
+    how = (f"**{method_display}** in [exploration-trl](https://pypi.org/project/exploration-trl/) "
+           "(exploration-preserving RLVR methods for [TRL](https://github.com/huggingface/trl))"
+           + (f" on {dataset_display}" if dataset_display else ""))
+    if outcome.get("weights_changed") is False:
+        intro = (f"This model is {base_display} **unchanged**: a reinforcement-learning run with {how} changed no "
+                 "weight (see [Training](#training)).")
+    else:
+        intro = f"This model is {what}, trained with reinforcement learning from verifiable rewards using {how}."
     header, rows = result_table(found)
     countdown = _is_countdown(dataset)
     new_state = {
@@ -254,6 +266,8 @@ def render_model_card(
         "hyperparameters": hp,
         "versions": versions,
         "training_summary": summary,
+        "outcome": outcome or None,
+        "adapter_settings": lora or None,
         "results": [state_result(r, output_dir) for r in found],
     }
     card = ModelCard.from_template(
@@ -277,6 +291,8 @@ def render_model_card(
         weights_display=(f"{adapter} adapter (`library_name: peft`)" if adapter is not None
                          else "full model (`library_name: transformers`)"),
         training_summary=summary,
+        outcome_notes=notes,
+        adapter_settings=lora,
         curves=curves,
         method_hparams=hp.get("method") or [],
         grpo_hparams=hp.get("grpo") or [],
@@ -304,6 +320,8 @@ def write_model_card(
     repo_id: str | None = None,
     reward_funcs: Sequence[str] | None = None,
     template: str | Path | None = None,
+    outcome: Mapping | None = None,
+    adapter_config: Mapping | None = None,
 ) -> Path:
     """Write or update `output_dir/README.md` (and `training_curves.png`); returns the card's path.
 
@@ -322,11 +340,15 @@ def write_model_card(
         repo_id: `USER/NAME` on the Hub, used for the title and the loading snippet.
         reward_funcs: names of the training rewards, listed in the card.
         template: another Jinja template (default: the packaged `model_card.md.j2`).
+        outcome: what the run did: `weights_changed` (bool, None: not measured) and `reward_never_varied`; a run
+            that changed no weight, or whose reward never varied within a group, is said so in words.
+        adapter_config: the PEFT config (a dict) of an adapter; default: the folder's `adapter_config.json`. Its
+            rank, alpha, dropout and target modules are listed.
 
     Every file is written atomically: a failure leaves the previous card in place.
     """
     return render_model_card(
         output_dir, method=method, base_model=base_model, dataset=dataset, training_args=training_args,
         log_history=log_history, is_adapter=is_adapter, results=results, repo_id=repo_id,
-        reward_funcs=reward_funcs, template=template,
+        reward_funcs=reward_funcs, template=template, outcome=outcome, adapter_config=adapter_config,
     ).write()

@@ -18,7 +18,8 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--output-dir", required=True, help="the folder the trainer saved (model or LoRA adapter)")
-    p.add_argument("--repo-id", required=True, help="USER/NAME on the Hub (created if missing)")
+    p.add_argument("--repo-id", default=None,
+                   help="USER/NAME on the Hub (created if missing); required unless --dry-run")
     p.add_argument("--private", action="store_true", help="create the repository private")
     p.add_argument("--results", nargs="+", default=None, metavar="RESULTS_JSON",
                    help="results.json files (or folders) of `exploration-trl eval` for the card "
@@ -30,6 +31,8 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--base-model", default=None, help="base model id, only needed when OUTPUT_DIR has no card yet")
     p.add_argument("--dataset", default=None, help="training dataset, only needed when OUTPUT_DIR has no card yet")
     p.add_argument("--no-card", action="store_true", help="upload the folder as it is, without touching README.md")
+    p.add_argument("--dry-run", action="store_true",
+                   help="render the card and list the files that would be uploaded; no network, nothing written")
     p.set_defaults(func=run_push_command)
     return p
 
@@ -40,8 +43,15 @@ def register(subparsers) -> None:
 
 
 def run_push_command(args: argparse.Namespace) -> int:
-    from .push import push_output_dir
+    from .push import HubError, plan_push, push_output_dir
 
+    if args.dry_run:
+        plan = plan_push(args.output_dir, args.repo_id, results=args.results, method=args.method,
+                         base_model=args.base_model, dataset=args.dataset, write_card=not args.no_card)
+        print(plan.describe())
+        return 0
+    if not args.repo_id:
+        raise HubError("cannot push to the Hub: --repo-id is missing; give USER/NAME (or use --dry-run to preview)")
     url = push_output_dir(
         args.output_dir,
         args.repo_id,

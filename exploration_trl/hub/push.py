@@ -18,13 +18,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .cards import CARD_FILE, render_model_card, restore_files
 from .state import state_in
 
-__all__ = ["HubError", "push_output_dir", "DEFAULT_IGNORE_PATTERNS", "describe_hub_error"]
+__all__ = ["HubError", "push_output_dir", "DEFAULT_IGNORE_PATTERNS", "describe_hub_error", "check_push_ready",
+           "plan_push", "PushPlan"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,80 @@ def _check_folder(output_dir: Path) -> None:
         )
 
 
+def _check_repo_id(repo_id: str) -> None:
+    if not _REPO_ID_RE.match(repo_id) or ".." in repo_id or "--" in repo_id:
+        raise HubError(f"cannot push to the Hub: '{repo_id}' is not a valid repo id; use USER/NAME")
+
+
+def check_push_ready(repo_id: str | None = None, token: str | None = None) -> str:
+    """Check, before a long run, that a push at its end can work: a valid repo id, a token, and a Hub that answers
+    and accepts the token (`whoami`). Returns the account name; raises :class:`HubError` (one line) otherwise."""
+    import huggingface_hub as hf
+
+    if repo_id is not None:
+        _check_repo_id(repo_id)
+    token = token or hf.get_token()
+    if not token:
+        raise HubError(_NO_TOKEN)
+    try:
+        who = hf.whoami(token=token)
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line
+        raise HubError(describe_hub_error(e, repo_id or "the Hub")) from None
+    return str((who or {}).get("name") or "")
+
+
+@dataclass
+class PushPlan:
+    """What a push would do, worked out without a network: the card it would write and the files it would upload."""
+
+    repo_id: str
+    card: Any  # RenderedCard, or None with write_card=False
+    files: list[tuple[str, int]]  # (path relative to the folder, size in bytes), sorted
+
+    def describe(self) -> str:
+        total = sum(size for _, size in self.files)
+        lines = [f"dry run: would upload {len(self.files)} files ({total / 1e6:.1f} MB) from "
+                 f"{self.card.output_dir if self.card is not None else 'the folder'} to "
+                 f"https://huggingface.co/{self.repo_id}:"]
+        lines += [f"  {name}  ({size:,} bytes)" for name, size in self.files]
+        if self.card is not None:
+            lines += ["", f"{CARD_FILE} as it would be uploaded:", "", self.card.text.rstrip("\n")]
+        return "\n".join(lines)
+
+
+def plan_push(
+    output_dir: str | Path,
+    repo_id: str | None = None,
+    results: Sequence[Any] | None = None,
+    method: str | None = None,
+    base_model: str | None = None,
+    dataset: Any = None,
+    ignore_patterns: Sequence[str] | None = None,
+    write_card: bool = True,
+) -> PushPlan:
+    """The card and the file list of a push (`exploration-trl push --dry-run`): no network, no token, and nothing
+    written. Raises :class:`HubError` for the same bad input a push would reject."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    output_dir = Path(output_dir)
+    _check_folder(output_dir)
+    repo_id = repo_id or output_dir.resolve().name
+    _check_repo_id(repo_id)
+    rendered = None
+    if write_card:
+        try:
+            rendered = render_model_card(output_dir, method=method, base_model=base_model, dataset=dataset,
+                                         results=results, repo_id=repo_id)
+        except ValueError as e:
+            raise HubError(f"cannot push to the Hub: {_first_line(e)}") from None
+    sizes = {p.relative_to(output_dir).as_posix(): p.stat().st_size for p in output_dir.rglob("*") if p.is_file()}
+    if rendered is not None:
+        sizes.update({name: len(data) for name, data in rendered.files.items()})
+    patterns = list(ignore_patterns if ignore_patterns is not None else DEFAULT_IGNORE_PATTERNS)
+    kept = sorted(filter_repo_objects(sizes, ignore_patterns=patterns))
+    return PushPlan(repo_id=repo_id, card=rendered, files=[(name, sizes[name]) for name in kept])
+
+
 def push_output_dir(
     output_dir: str | Path,
     repo_id: str | None = None,
@@ -134,8 +210,7 @@ def push_output_dir(
     output_dir = Path(output_dir)
     _check_folder(output_dir)
     repo_id = repo_id or output_dir.resolve().name
-    if not _REPO_ID_RE.match(repo_id) or ".." in repo_id or "--" in repo_id:
-        raise HubError(f"cannot push to the Hub: '{repo_id}' is not a valid repo id; use USER/NAME")
+    _check_repo_id(repo_id)
 
     import huggingface_hub as hf
 

@@ -30,7 +30,7 @@ GRPO_KEYS = (
     "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "generation_batch_size",
     "steps_per_generation", "num_iterations", "max_completion_length", "temperature", "top_p", "beta", "epsilon",
     "epsilon_high", "delta", "loss_type", "scale_rewards", "importance_sampling_level", "mask_truncated_completions",
-    "top_entropy_quantile", "correct_reward_threshold", "use_vllm", "bf16", "gradient_checkpointing", "seed",
+    "top_entropy_quantile", "correct_reward_threshold", "use_vllm", "bf16", "activation_checkpointing", "seed",
 )
 VERSION_PACKAGES = (
     "exploration-trl", "trl", "transformers", "peft", "torch", "datasets", "accelerate", "huggingface-hub",

@@ -103,6 +103,13 @@ def entropy_by_correctness(entropies: torch.Tensor, mask: torch.Tensor | None, c
     return out
 
 
+#: Rows whose top-p mass lies within this many top candidates are settled by a partial top-k (trained LMs).
+_HEAD_K = 64
+#: Log-probability buckets per row for the remaining rows: tokens of higher buckets all precede the bucket where
+#: the cumulative mass crosses top-p, so only that bucket's few tokens are ever sorted.
+_BUCKETS = 4096
+
+
 def branching_factor(
     logprobs: torch.Tensor,
     top_p: float = 0.95,
@@ -118,6 +125,11 @@ def branching_factor(
     result is clamped to ``[1, V]`` (rows that never reach ``top_p``, e.g. ``top_p=1`` with
     round-off, give ``V``).
 
+    Exact without sorting whole vocabulary rows: peaked rows are settled by a partial top-k; the others are
+    split into log-probability buckets, the bucket where the cumulative mass crosses ``top_p`` is found from
+    per-bucket masses (summed in ``compute_dtype``), and only that bucket's tokens are ordered. The count equals
+    the sort-and-cumsum definition (tested against it) at a few passes over the row instead of a full sort.
+
     Args:
         logprobs: ``(N, V)`` (or ``(..., V)``) log-softmax rows.
         top_p: target mass in ``(0, 1]``.
@@ -127,19 +139,51 @@ def branching_factor(
     """
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    logprobs = torch.as_tensor(logprobs)
-    probs = logprobs.detach().to(compute_dtype).exp()
-    vocab = probs.shape[-1]
-    # Peaked rows (trained LMs) reach top_p within a few hundred candidates: a partial top-k is much cheaper
-    # than sorting the whole vocabulary. Rows that don't reach it fall back to the full sort.
-    k0 = min(vocab, 256)
-    head = probs.topk(k0, dim=-1).values.cumsum(dim=-1)
-    below = (head < (top_p - atol)).sum(dim=-1)
-    unresolved = below >= k0
-    if k0 < vocab and unresolved.any():
-        full = torch.sort(probs[unresolved], dim=-1, descending=True).values.cumsum(dim=-1)
-        below[unresolved] = (full < (top_p - atol)).sum(dim=-1)
-    return (below + 1).clamp(max=vocab).to(torch.long)
+    logprobs = torch.as_tensor(logprobs).detach()
+    lead, vocab = logprobs.shape[:-1], logprobs.shape[-1]
+    lp = logprobs.reshape(-1, vocab)
+    target = top_p - atol
+    out = torch.empty(lp.shape[0], dtype=torch.long, device=lp.device)
+    if lp.shape[0] == 0:
+        return out.reshape(lead)
+
+    head = lp.topk(min(vocab, _HEAD_K), dim=-1).values.to(compute_dtype).exp().cumsum(dim=-1)
+    out[:] = (head < target).sum(dim=-1) + 1
+    rest = (head[:, -1] < target).nonzero(as_tuple=True)[0] if vocab > _HEAD_K else head.new_empty(0).long()
+    if rest.numel():
+        out[rest] = _bucketed_top_p_count(lp[rest], target, compute_dtype)
+    return out.clamp(min=1, max=vocab).reshape(lead)
+
+
+def _bucketed_top_p_count(lp: torch.Tensor, target: float, dtype: torch.dtype) -> torch.Tensor:
+    """`branching_factor` for rows the head did not settle: per-bucket masses, then one small sort per row."""
+    rows, vocab = lp.shape
+    hi = lp.amax(dim=-1, keepdim=True)
+    lo = torch.where(lp == -float("inf"), hi, lp).amin(dim=-1, keepdim=True)  # lowest finite log-probability
+    width = hi - lo
+    scale = torch.where(width > 0, _BUCKETS / width.clamp(min=torch.finfo(lp.dtype).tiny), torch.zeros_like(width))
+    # Buckets rise with log-probability; zero-probability tokens (-inf) land in bucket 0 with no mass.
+    bucket = (lp - lo).mul_(scale).clamp_(0, _BUCKETS - 1).long()
+    probs = lp.to(dtype).exp()
+    mass = probs.new_zeros(rows, _BUCKETS).scatter_add_(1, bucket, probs)
+    count = torch.zeros(rows, _BUCKETS, dtype=torch.long, device=lp.device).scatter_add_(
+        1, bucket, torch.ones(1, 1, dtype=torch.long, device=lp.device).expand_as(bucket)
+    )
+    # mass_from[j]: mass of buckets >= j. The crossing bucket is the highest one whose mass from the top reaches
+    # the target (none: the row never reaches it, and every token counts).
+    mass_from = mass.flip(-1).cumsum(-1).flip(-1)
+    idx = torch.arange(_BUCKETS, device=lp.device).expand(rows, -1)
+    crossing = torch.where(mass_from >= target, idx, torch.full_like(idx, -1)).amax(dim=-1)
+    count_from = count.flip(-1).cumsum(-1).flip(-1)
+    result = torch.full((rows,), vocab, dtype=torch.long, device=lp.device)
+    for r in (crossing >= 0).nonzero(as_tuple=True)[0].tolist():
+        j = int(crossing[r])
+        above_mass = mass_from[r, j + 1] if j + 1 < _BUCKETS else mass.new_zeros(())
+        above_count = count_from[r, j + 1] if j + 1 < _BUCKETS else 0
+        inside = probs[r][bucket[r] == j].sort(descending=True).values
+        needed = ((above_mass + inside.cumsum(0)) < target).sum() + 1
+        result[r] = above_count + needed.clamp(max=inside.numel())
+    return result
 
 
 def rank_logprobs(logprobs: torch.Tensor, n: int = 3) -> torch.Tensor:

@@ -100,22 +100,25 @@ def token_statistics(
     top_n: int = 3,
     top_p: float | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    entropy: bool = True,
 ) -> dict[str, torch.Tensor]:
     """No-grad per-row statistics of the next-token distribution at `hidden (M, H)`.
 
-    Returns `target_logps (M,)`, `entropy (M,)`, `topn_ids (M, N)`, `topn_logps (M, N)` (rank order),
-    `is_top1 (M,)` (the target is the rank-1 candidate) and, when `top_p` is given, `branching (M,)`: the
-    number of candidates inside the top-p mass (STILL report Sec. 2.2).
+    Returns `target_logps (M,)`, `entropy (M,)` (unless `entropy=False`: callers that already have TRL's
+    entropies skip two vocabulary passes), `topn_ids (M, N)`, `topn_logps (M, N)` (rank order), `is_top1 (M,)`
+    (the target is the rank-1 candidate) and, when `top_p` is given, `branching (M,)`: the number of candidates
+    inside the top-p mass (STILL report Sec. 2.2), exact (`metrics.branching_factor`, float64 masses).
     """
     m = hidden.shape[0]
     dev = hidden.device
     out = {
         "target_logps": torch.zeros(m, device=dev),
-        "entropy": torch.zeros(m, device=dev),
         "topn_ids": torch.zeros(m, top_n, dtype=torch.long, device=dev),
         "topn_logps": torch.zeros(m, top_n, device=dev),
         "is_top1": torch.zeros(m, dtype=torch.bool, device=dev),
     }
+    if entropy:
+        out["entropy"] = torch.zeros(m, device=dev)
     if top_p is not None:
         out["branching"] = torch.zeros(m, dtype=torch.long, device=dev)
     for s in range(0, m, chunk_rows):
@@ -123,12 +126,13 @@ def token_statistics(
         logps = torch.log_softmax(_logits(hidden[sl], weight, bias, temperature), dim=-1)
         tgt = targets[sl].long()
         out["target_logps"][sl] = logps.gather(-1, tgt[:, None]).squeeze(-1)
-        out["entropy"][sl] = -(logps.exp() * logps).sum(-1)
+        if entropy:
+            out["entropy"][sl] = -(logps.exp() * logps).sum(-1)
         top = logps.topk(top_n, dim=-1)
         out["topn_ids"][sl], out["topn_logps"][sl] = top.indices, top.values
         out["is_top1"][sl] = top.indices[:, 0] == tgt
         if top_p is not None:
             from ..metrics import branching_factor
 
-            out["branching"][sl] = branching_factor(logps, top_p=top_p, compute_dtype=torch.float32)
+            out["branching"][sl] = branching_factor(logps, top_p=top_p)
     return out

@@ -16,14 +16,23 @@ Registered rewards (``get_reward(name, **options)``, ``list_rewards()``):
 ``length_penalty``    DAPO soft overlong penalty (factory)
 ``repetition_penalty`` repeated n-gram penalty (factory)
 ===================== =========================================================================
+
+A completion is *correct* when its total reward is above a threshold (:func:`is_correct`, the one definition the
+trainers and ``exploration-trl eval`` share).
 """
 
 from exploration_trl.rewards._base import (
+    DEFAULT_CORRECT_THRESHOLD,
+    RewardFunctionError,
     completion_to_text,
+    is_correct,
+    missing_columns,
+    naming_errors,
     peek_failure_counts,
     pop_failure_counts,
     record_failure,
     reward_factory,
+    reward_range,
 )
 from exploration_trl.rewards.code import (
     code_execution,
@@ -37,12 +46,15 @@ from exploration_trl.rewards.registry import REWARDS, get_reward, list_rewards, 
 from exploration_trl.rewards.shaping import make_length_penalty, make_repetition_penalty
 
 __all__ = [
+    "DEFAULT_CORRECT_THRESHOLD",
     "REWARDS",
+    "RewardFunctionError",
     "code_execution",
     "completion_to_text",
     "countdown",
     "format_reward",
     "get_reward",
+    "is_correct",
     "list_rewards",
     "make_code_execution",
     "make_countdown",
@@ -50,11 +62,14 @@ __all__ = [
     "make_length_penalty",
     "make_repetition_penalty",
     "math_accuracy",
+    "missing_columns",
+    "naming_errors",
     "peek_failure_counts",
     "pop_failure_counts",
     "record_failure",
     "register_reward",
     "resolve_rewards",
     "reward_factory",
+    "reward_range",
     "run_in_sandbox",
 ]

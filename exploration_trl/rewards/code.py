@@ -603,6 +603,12 @@ def code_execution(
     return _score_batch(completions, test, entry_point, headers, timeout, memory_mb, fsize_mb, nproc, max_workers)
 
 
+#: Read before training starts: the column it needs and the rewards it gives.
+CODE_COLUMNS = [("test", "entry_point")]
+code_execution.reward_columns = CODE_COLUMNS  # type: ignore[attr-defined]
+code_execution.reward_range = (0.0, 1.0)  # type: ignore[attr-defined]
+
+
 def make_code_execution(
     timeout: float = 5.0,
     memory_mb: int = 512,
@@ -618,4 +624,5 @@ def make_code_execution(
         headers = prompt if prompt is not None else prompts
         return _score_batch(completions, test, entry_point, headers, timeout, memory_mb, fsize_mb, nproc, max_workers)
 
+    code_execution.reward_columns, code_execution.reward_range = CODE_COLUMNS, (0.0, 1.0)
     return code_execution

@@ -278,6 +278,19 @@ def countdown(
     return _score_batch(completions, nums, target, format_score, correct_score, kwargs)
 
 
+#: Columns it reads (`nums`/`target`, or d1's `input`/`output`) and the rewards it gives, for checks before training.
+COUNTDOWN_COLUMNS = [("nums", "target"), ("input", "output")]
+
+
+def _countdown_range(format_score: float = 0.0, correct_score: float = 1.0, **_: Any) -> tuple[float, float]:
+    scores = (0.0, format_score, correct_score)
+    return min(scores), max(scores)
+
+
+countdown.reward_columns = COUNTDOWN_COLUMNS  # type: ignore[attr-defined]
+countdown.reward_range = _countdown_range  # type: ignore[attr-defined]
+
+
 def make_countdown(format_score: float = 0.1, correct_score: float = 1.0):
     """Countdown reward with TinyZero-style partial credit ``format_score`` for well-formed wrong
     equations. The returned function is named ``countdown`` (TRL logs it under that name)."""
@@ -286,4 +299,6 @@ def make_countdown(format_score: float = 0.1, correct_score: float = 1.0):
         return _score_batch(completions, nums, target, format_score, correct_score, kwargs)
 
     countdown.__doc__ = f"Countdown reward (correct: {correct_score}, well-formed but wrong: {format_score})."
+    countdown.reward_columns = COUNTDOWN_COLUMNS
+    countdown.reward_range = _countdown_range(format_score, correct_score)
     return countdown

@@ -77,6 +77,7 @@ def make_format_reward(
     format_reward.__name__ = name
     format_reward.__qualname__ = name
     format_reward.__doc__ = f"1.0 if the completion matches the {preset or 'custom'} format, else 0.0."
+    format_reward.reward_range = (0.0, 1.0)
     return format_reward
 
 

@@ -87,6 +87,7 @@ def make_length_penalty(
         return score_each(name, completions, score)
 
     length_penalty.__name__ = length_penalty.__qualname__ = name
+    length_penalty.reward_range = (-penalty, 0.0)
     return length_penalty
 
 
@@ -115,4 +116,5 @@ def make_repetition_penalty(
         return score_each(name, completions, score)
 
     repetition_penalty.__name__ = repetition_penalty.__qualname__ = name
+    repetition_penalty.reward_range = (max_penalty, 0.0)
     return repetition_penalty

@@ -18,6 +18,7 @@ What it adds, without forking any TRL method:
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -28,9 +29,17 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from ..core import advantages as core_adv
-from ..errors import HookDidNotRunError
+from ..errors import HookDidNotRunError, NoRewardError
 from ..ops.lm_head import token_statistics
+from ..rewards._base import DEFAULT_CORRECT_THRESHOLD, is_correct
 from ._collectives import gather_rows
+from ._generation_logps import GenerationLogps, padded
+
+
+#: transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16's rollout helpers
+#: (`disable_gradient_checkpointing`, `unwrap_model_for_generation`) still call the old names on every rollout,
+#: whatever the config says. Only these three messages, from transformers' model code, are filtered.
+_TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
 @dataclass
@@ -60,8 +69,16 @@ class ExplorationGRPOConfig(GRPOConfig):
         metadata={"help": "Number of steps the position bonus stays on (STILL report: 100; None: until the end)."},
     )
     correct_reward_threshold: float = field(
-        default=0.0,
-        metadata={"help": "A completion counts as correct when its total reward exceeds this (metrics, DS-GRPO)."},
+        default=DEFAULT_CORRECT_THRESHOLD,
+        metadata={"help": "A completion is correct when its total (weighted) reward is above this (metrics, DS-GRPO, "
+                  "ProGRPO's all_wrong/keep_sign; `exploration_trl.rewards.is_correct`). Raise it above any partial "
+                  "credit, e.g. 0.5 with a 0.1 format bonus."},
+    )
+    rollout_logps_from_generation: bool = field(
+        default=True,
+        metadata={"help": "When TRL computes no old log-probs (fully on-policy, transformers generation), read the "
+                  "rollout log-probs ProGRPO, DS-GRPO and STILL shaping need from the logits generation already "
+                  "computed, instead of one more forward pass over every completion. false: recompute them."},
     )
     exploration_metrics: bool = field(
         default=True, metadata={"help": "Log exploration metrics (entropy by correctness, Λ(n), branching, pass@G)."}
@@ -78,12 +95,53 @@ class ExplorationGRPOConfig(GRPOConfig):
         metadata={"help": "Debugging: save each generation batch's rewards and advantages per process as .pt files."},
     )
 
+    # TRL turns checkpointing on through `gradient_checkpointing`, which transformers 5 deprecates (a FutureWarning
+    # at every start); the same default is set here through the current name, `activation_checkpointing`.
+    gradient_checkpointing: bool | None = field(
+        default=None, metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5)."}
+    )
+    activation_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Recompute activations in the backward pass to save memory (default: on, as TRL's GRPO)."},
+    )
+
     def __post_init__(self):
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True  # TRL's default, under the name transformers 5 reads
+        if not self.use_cpu and not has_accelerator():
+            # No GPU: train on the CPU (in float32 unless bf16 was asked for) instead of stopping at transformers'
+            # "Your setup doesn't support bf16/gpu".
+            self.use_cpu = True
+            self.bf16 = False if self.bf16 is None else self.bf16
+        check_non_negative(self, {
+            "learning_rate": "a step size (e.g. 1e-6)",
+            "epsilon": "the lower clip range of the ratio (TRL: 0.2)",
+            "epsilon_high": "the upper clip range of the ratio",
+            "ppl_shaping_alpha": "the weight of STILL's perplexity shaping (paper: 0.01; 0 switches it off)",
+            "position_bonus_gamma": "the weight of STILL's position bonus (paper: 0.1; 0 switches it off)",
+        })
+        if self.temperature is not None and not self.temperature > 0:
+            raise ValueError(f"temperature is {self.temperature} but must be > 0: GRPO learns from sampled completions "
+                             "(TRL's default: 1.0)")
         super().__post_init__()
         if self.position_bonus_num_steps is not None and self.position_bonus_num_steps < 0:
             raise ValueError(f"position_bonus_num_steps must be >= 0 or None, got {self.position_bonus_num_steps}")
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+
+
+def has_accelerator() -> bool:
+    """True when torch sees a GPU (CUDA, ROCm, Apple MPS) or an Intel XPU."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(torch.cuda.is_available() or torch.backends.mps.is_available() or (xpu and xpu.is_available()))
+
+
+def check_non_negative(config, meanings: dict[str, str]):
+    """Raise a one-line `ValueError` naming the first of `meanings`' keys whose value is negative (None is unset)."""
+    for name, meaning in meanings.items():
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{name} is {value} but must be >= 0: it is {meaning}")
 
 
 @dataclass
@@ -155,6 +213,8 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     method_name = "grpo"
 
     def __init__(self, *args, **kwargs):
+        warnings.filterwarnings("ignore", message=_TRL_ROLLOUT_DEPRECATIONS, category=FutureWarning,
+                                module="transformers.modeling_utils")
         super().__init__(*args, **kwargs)
         self._capture: _Capture | None = None
         self._loss_state: dict = {}
@@ -276,8 +336,31 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         # TRL returns the rewards of every process (gathered); keep them for the advantage hook.
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
+        self._check_some_reward(rewards_per_func)
         self._log_reward_failures()
         return rewards_per_func
+
+    def _check_some_reward(self, rewards_per_func: torch.Tensor):
+        """No silent no-op when no reward scores anything (every value None/NaN: TRL then trains on zero advantages).
+
+        On the first batches this is a setup mistake, so training stops; after rewards were seen, a batch without
+        any is warned about once. `rewards_per_func` is gathered across processes, so every process decides alike.
+        """
+        if not bool(torch.isnan(rewards_per_func).all()):
+            self._some_reward_seen = True
+            return
+        names = ", ".join(self.reward_func_names)
+        if not getattr(self, "_some_reward_seen", False):
+            raise NoRewardError(
+                f"no reward scored any completion: every reward ({names}) returned None for every completion of the "
+                "first batch; check that the dataset has the columns the rewards read (e.g. `answer` for "
+                "math_accuracy) and that its reference answers parse"
+            )
+        if not getattr(self, "_warned_no_reward", False):
+            self._warned_no_reward = True
+            warnings.warn(f"no reward scored any completion of a generation batch at step {self.state.global_step} "
+                          f"(every reward of {names} returned None); that batch taught nothing. Warned once.",
+                          UserWarning, stacklevel=2)
 
     def _log_reward_failures(self):
         from ..rewards import pop_failure_counts
@@ -293,14 +376,16 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._rollout_inputs = inputs  # the local rows (prompts, dataset columns), for hooks that need them
+        self._generation_logps = None
         need_rollout = self._needs_rollout_logps() or self._needs_prompt_logps() or self._needs_rollout_candidates()
         self._capture = _Capture(mode="rollout") if need_rollout else None
         try:
             output = super()._generate_and_score_completions(inputs)
             capture = self._capture
-            # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object).
+            # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object); else the
+            # generation's own log-probs, else one added pass.
             if need_rollout and (not capture.done or capture.logps is not output.get("old_per_token_logps")):
-                capture = self._rollout_pass(output)
+                capture = self._capture_from_generation(output) or self._rollout_pass(output)
                 if not capture.done:
                     raise HookDidNotRunError(
                         f"{self.method_name}: the rollout statistics it needs (log-probs, hidden states) were not "
@@ -337,6 +422,38 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         payload = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in payload.items()}
         name = f"rollout{self._dump_count:04d}_rank{self.accelerator.process_index}.pt"
         torch.save(payload, os.path.join(self.args.debug_rollout_dir, name))
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # Relies on TRL 1.16 calling the model's `generate` (transformers path) inside this method, once per batch.
+        recorder = GenerationLogps(self.temperature) if self._records_generation_logps() else None
+        with recorder.attached(self._lm_head(self.model)[0]) if recorder else nullcontext():
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        if recorder is not None:
+            self._generation_logps = recorder.per_row(completion_ids)
+        return completion_ids, logprobs
+
+    def _records_generation_logps(self) -> bool:
+        """Whether this rollout's log-probs can come from generation (see `_generation_logps`)."""
+        return (
+            self.args.rollout_logps_from_generation and self._capture is not None and self._needs_rollout_logps()
+            and not self._needs_rollout_candidates() and not self._trl_computes_old_logps() and not self.use_vllm
+            and not self.use_transformers_continuous_batching and not self.tools and not self._is_vlm
+            and self.environment_factories is None and self.rollout_func is None
+        )
+
+    def _capture_from_generation(self, output) -> _Capture | None:
+        """The rollout capture built from generation's log-probs, when they match TRL's completions."""
+        rows = self._generation_logps
+        self._generation_logps = None
+        if rows is None:
+            return None
+        lengths = output["completion_mask"].sum(dim=1).tolist()
+        if [r.numel() for r in rows] != [int(n) for n in lengths]:  # e.g. TRL post-processed the completions
+            return None
+        logps = padded(rows, output["completion_ids"].size(1), output["completion_ids"].device)
+        return _Capture(mode="rollout", logps=logps)
 
     def _rollout_pass(self, output) -> _Capture:
         """The one added no-grad pass, run only when a method needs rollout statistics TRL did not compute."""
@@ -404,20 +521,36 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         unique_rows = (~same_as_prev).nonzero(as_tuple=True)[0]
 
         logps = torch.zeros(n, plen, device=prompt_ids.device)
-        hidden = capture.hidden[unique_rows, : max(plen - 1, 0)]  # predicts prompt tokens 1..plen-1
-        targets = prompt_ids[unique_rows, 1:]
-        with self._lm_head_weights() as (weight, bias, _):  # entered on every process: it may gather
-            stats = token_statistics(
-                hidden.reshape(-1, hidden.size(-1)), weight, bias, targets.reshape(-1),
-                temperature=self.temperature, top_n=1,
-            )
+        if capture.hidden is None:  # rollout log-probs came from generation: one pass over the unique prompts
+            unique_logps = self._prompt_only_logps(prompt_ids[unique_rows], prompt_mask[unique_rows])
+        else:
+            hidden = capture.hidden[unique_rows, : max(plen - 1, 0)]  # predicts prompt tokens 1..plen-1
+            targets = prompt_ids[unique_rows, 1:]
+            with self._lm_head_weights() as (weight, bias, _):  # entered on every process: it may gather
+                stats = token_statistics(
+                    hidden.reshape(-1, hidden.size(-1)), weight, bias, targets.reshape(-1),
+                    temperature=self.temperature, top_n=1, entropy=False,
+                )
+            unique_logps = stats["target_logps"].view(len(unique_rows), max(plen - 1, 0))
         if plen > 1:
-            unique_logps = stats["target_logps"].view(len(unique_rows), plen - 1)
             logps[:, 1:] = unique_logps[owners]
         mask = prompt_mask.clone()
         first_valid = prompt_mask.float().argmax(dim=1)
         mask[torch.arange(n, device=mask.device), first_valid] = 0
         return logps, mask
+
+    @torch.no_grad()
+    def _prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """`(U, P - 1)`: log p(q_t | q_<t), t >= 1, from one no-grad forward over the prompts alone.
+
+        A single forward whatever the number of rows (`batch_size` = all of them), so that every process runs the
+        same number of forwards under ZeRO-3/FSDP, where each forward gathers parameters.
+        """
+        keep = max(prompt_ids.size(1) - 1, 1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, prompt_ids, prompt_mask, keep, batch_size=prompt_ids.size(0)
+        )
+        return logps[:, -(prompt_ids.size(1) - 1):] if prompt_ids.size(1) > 1 else logps[:, :0]
 
     def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """Return this process's advantages, `(B_local,)` or `(B_local, T)`.
@@ -457,7 +590,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
     def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
         """Per-completion tensors carried to `compute_loss` (TRL shuffles and splits every tensor key)."""
-        correct = batch.local_rewards > self.args.correct_reward_threshold
+        correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold)
         return {"exploration_correct": correct}
 
     def _replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch):
@@ -477,7 +610,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             return
         mode = "train" if self.model.training else "eval"
         g = batch.num_generations
-        correct = (batch.rewards > self.args.correct_reward_threshold).float().view(-1, g)
+        correct = is_correct(batch.rewards, self.args.correct_reward_threshold).float().view(-1, g)
         self._metrics[mode]["exploration/pass_at_G"].append(correct.max(dim=1).values.mean().item())
         # Distinct completions per group: hash each local completion's token ids, then gather.
         ids, mask = batch.completion_ids, batch.completion_mask
@@ -520,6 +653,21 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         self._log_loss_state_metrics(self._loss_state)
         self._loss_inputs, self._loss_state = None, {}
         return loss
+
+    # ------------------------------------------------------------------ model card
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        """Write the package's card (method and paper, rewards, hyperparameters, LoRA settings, curves) instead of
+        TRL's generic one: `push_to_hub()` and every checkpoint call this. See `exploration_trl.hub.trainer_card`."""
+        if not self.is_world_process_zero():
+            return
+        from ..hub.trainer_card import write_trainer_card
+
+        write_trainer_card(self, output_dir=kwargs.get("output_dir"), dataset=dataset_name)
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call:  # a user's call; checkpoints and `push_to_hub` write the card themselves
+            self.create_model_card(output_dir=output_dir or self.args.output_dir)
 
     # ------------------------------------------------------------------ no silent no-op
     def _expected_hooks(self, side: str) -> list[str]:
@@ -598,7 +746,9 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         raise ValueError(f"Unknown loss type: {lt}")
 
     def _log_loss_state_metrics(self, state: dict):
-        """Log `state["metrics"]` (name -> (sum, count)) as global means, as TRL's `global_masked_mean` does."""
+        """Log `state["metrics"]` (name -> (sum, count)) as global means, as TRL's `global_masked_mean` does; a name
+        with no element on any process (count 0, e.g. `exploration/entropy_correct` without a correct completion) is
+        not logged that step rather than logged as NaN."""
         metrics = state.get("metrics")
         if not metrics:
             return
@@ -607,7 +757,23 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         local = torch.tensor([v for n in names for v in metrics[n]], dtype=torch.float32, device=self.accelerator.device)
         totals = self.accelerator.reduce(local, reduction="sum").view(-1, 2)
         for name, (total, count) in zip(names, totals.tolist(), strict=True):
-            self._metrics[mode][name].append(total / count if count > 0 else float("nan"))
+            if count > 0:  # decided from the reduced count, so every process skips alike (e.g. no correct completion)
+                self._metrics[mode][name].append(total / count)
+
+    def _step_will_log(self) -> bool:
+        """Whether the optimizer step in progress ends in a log (HF's `DefaultFlowCallback` rule).
+
+        The LM-head statistics (Λ(n), branching factor) are computed only on such steps: their logged value is the
+        logging step's, not an average over the logging window (the entropy split stays an average: it is free).
+        """
+        args = self.args
+        if not self.model.training or args.logging_strategy == "epoch":
+            return True
+        if args.logging_strategy == "no":
+            return False
+        step = self.state.global_step + 1
+        every = self.state.logging_steps or args.logging_steps
+        return step % max(int(every), 1) == 0 or (step == 1 and args.logging_first_step)
 
     @torch.no_grad()
     def _log_token_metrics(self, inputs, capture: _Capture):
@@ -621,6 +787,9 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             for name, rows in (("correct", correct), ("wrong", ~correct)):
                 m = mask & rows[:, None]
                 stats[f"exploration/entropy_{name}"] = ((entropies * m).sum().item(), m.sum().item())
+        if not self._step_will_log():  # the same decision on every process: global_step is shared
+            self._log_loss_state_metrics({"metrics": stats})
+            return
 
         positions = mask.nonzero(as_tuple=False)
         k = min(self.args.exploration_metrics_max_tokens, positions.size(0))
@@ -630,10 +799,10 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         hidden = capture.completion_hidden().detach()[rows, cols]
         targets = inputs["completion_ids"][rows, cols]
         with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with k = 0
-            # Small row chunks: the top-p support may sort whole vocabulary rows (values and int64 indices).
+            # Small row chunks keep the float64 vocabulary buffers of the top-p count small.
             s = token_statistics(
                 hidden, weight, bias, targets, temperature=self.temperature, top_n=3,
-                top_p=self.args.exploration_metrics_top_p, chunk_rows=16,
+                top_p=self.args.exploration_metrics_top_p, chunk_rows=16, entropy=False,
             )
         if k > 0:
             for n in range(3):

@@ -10,7 +10,7 @@ import torch
 from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
 from ..ops.lm_head import candidate_logps, token_statistics
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
 
 
 @dataclass
@@ -33,6 +33,8 @@ class CaSPConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_non_negative(self, {"casp_alpha": "the weight of the top-N target (paper: 0.01; 0 switches CaSP's "
+                                                "smoothing off)"})
         if self.casp_top_n < 1:
             raise ValueError(f"casp_top_n must be >= 1, got {self.casp_top_n}")
         if not 0.0 <= self.casp_entropy_quantile <= 1.0:
@@ -81,6 +83,7 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with no forking token
             s = token_statistics(
                 hidden[forking].detach(), weight, bias, completion_ids[forking], temperature=self.temperature, top_n=n,
+                entropy=False,
             )
         ids[forking], old[forking], is_top1[forking] = s["topn_ids"], s["topn_logps"], s["is_top1"]
         return forking, ids, old, is_top1

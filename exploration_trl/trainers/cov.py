@@ -10,7 +10,7 @@ import torch
 
 from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, _Capture
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, _Capture, check_non_negative
 
 #: The published KL-Cov / Clip-Cov recipes run 8 optimizer updates per rollout (256 prompts, verl mini-batch 32).
 DEFAULT_UPDATES_PER_ROLLOUT = 8
@@ -46,6 +46,7 @@ class KLCovConfig(ExplorationGRPOConfig):
     def __post_init__(self):
         _default_updates_per_rollout(self)
         super().__post_init__()
+        check_non_negative(self, {"kl_cov_coef": "the weight of the |logp - old_logp| penalty (paper: 1.0)"})
         if not 0.0 <= self.kl_cov_ratio <= 1.0:
             raise ValueError(f"kl_cov_ratio is a fraction in [0, 1], got {self.kl_cov_ratio}")
 
@@ -100,6 +101,8 @@ class ClipCovConfig(ExplorationGRPOConfig):
     def __post_init__(self):
         _default_updates_per_rollout(self)
         super().__post_init__()
+        if not 0.0 <= self.clip_cov_ratio <= 1.0:
+            raise ValueError(f"clip_cov_ratio is a fraction in [0, 1], got {self.clip_cov_ratio}")
         if self.clip_cov_lb >= self.clip_cov_ub:
             raise ValueError(f"clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})")
 

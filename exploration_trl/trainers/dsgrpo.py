@@ -8,7 +8,8 @@ import torch
 
 from ..core import advantages as core_adv
 from ..core._utils import broadcast_advantages
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch
+from ..rewards._base import is_correct
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
 
 
 @dataclass
@@ -30,6 +31,10 @@ class DSGRPOConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_non_negative(self, {
+            "ds_gamma_p": "the weight of the entropy bonus on correct completions (paper: 0.01; 0 switches it off)",
+            "ds_gamma_n": "the weight of the entropy penalty on wrong completions (paper: 0.01; 0 switches it off)",
+        })
         if self.ds_logp_granularity not in core_adv.DSGRPO_GRANULARITIES:
             raise ValueError(
                 f"ds_logp_granularity must be one of {', '.join(core_adv.DSGRPO_GRANULARITIES)}; "
@@ -60,8 +65,8 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
         # Per-token change on valid tokens (a sequence-level change counts once per token of its row).
         shape = mask.shape
         delta = (broadcast_advantages(new, shape) - broadcast_advantages(advantages, shape)) * mask
-        correct = (rewards > self.args.correct_reward_threshold)[:, None] & mask.bool()
-        wrong = (~(rewards > self.args.correct_reward_threshold))[:, None] & mask.bool()
+        right = is_correct(rewards, self.args.correct_reward_threshold)[:, None]
+        correct, wrong = right & mask.bool(), ~right & mask.bool()
         # Sums and counts, reduced across processes: mean bonus on correct tokens, mean penalty on wrong tokens.
         self._log_loss_state_metrics({"metrics": {
             "dsgrpo/bonus_mean": (delta[correct].sum().item(), correct.sum().item()),

@@ -10,7 +10,7 @@ import torch
 
 from ..core import advantages as core_adv
 from ._prompt_tokens import user_token_mask
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
 
 PROGRPO_BASELINES = ("prompt", "group_mean")
 PROGRPO_PROMPT_TOKENS = ("all", "user")
@@ -48,6 +48,8 @@ class ProGRPOConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_non_negative(self, {"progrpo_alpha": "the strength of the confidence reweighting (paper: 0.3; 0 "
+                                                   "switches it off)"})
         if self.progrpo_baseline not in PROGRPO_BASELINES:
             raise ValueError(
                 f"progrpo_baseline must be one of {', '.join(PROGRPO_BASELINES)}; got {self.progrpo_baseline!r}"
