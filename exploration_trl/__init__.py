@@ -5,6 +5,8 @@ Trainer and config classes are imported lazily so that `import exploration_trl` 
 """
 
 __version__ = "0.2.0"  # the one place the version is set (setup.cfg reads it)
+#: Where the project lives (setup.cfg's `url`; tests/test_wheel.py checks they agree). Cards link here.
+PROJECT_URL = "https://github.com/exploration-trl/exploration-trl"
 
 _LAZY = {
     "ExplorationGRPOConfig": "exploration_trl.trainers.base",

@@ -111,7 +111,7 @@ def _config_path(argv: list[str]) -> str | None:
         return None
     i = argv.index("--config")
     if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-        raise CLIError("--config needs a YAML file, e.g. exploration-trl train --config configs/demo_toy_countdown.yaml")
+        raise CLIError("--config needs a YAML file, e.g. exploration-trl train --config configs/smoke_toy_countdown.yaml")
     return argv[i + 1]
 
 
@@ -583,34 +583,6 @@ def _toy_model(training_args, script_args):
     return str(path)
 
 
-def weights_fingerprint(model):
-    """Per trainable parameter, the float64 sum and L1 norm of this process's part of it (under ZeRO-3, its shard):
-    two numbers a tensor, enough to tell whether training changed any weight without copying the model."""
-    import torch
-
-    rows = []
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        t = getattr(p, "ds_tensor", None)
-        t = (p.to_local() if hasattr(p, "to_local") else p) if t is None else t
-        t = t.detach()
-        rows.append(torch.stack([t.sum(dtype=torch.float64), torch.linalg.vector_norm(t, ord=1, dtype=torch.float64)])
-                    if t.numel() else torch.zeros(2, dtype=torch.float64, device=t.device))
-    return torch.stack(rows).cpu() if rows else torch.zeros(0, 2, dtype=torch.float64)
-
-
-def weights_changed(trainer, before) -> bool | None:
-    """Did training change any trainable weight on any process? (A collective: every process calls it.)"""
-    import torch
-
-    after = weights_fingerprint(trainer.model)
-    local = 2.0 if after.shape != before.shape else float(not torch.equal(after, before))
-    verdict = trainer.accelerator.reduce(torch.tensor([local], device=trainer.accelerator.device), reduction="max")
-    value = verdict.item()
-    return None if value >= 2.0 else bool(value)
-
-
 class _Stage:
     """Where `train` is, so that an error raised while progress bars run starts on a fresh line."""
 
@@ -624,6 +596,7 @@ def train_main(argv: list[str]) -> int:
 
     from .hub.outcome import outcome_notes
     from .hub.trainer_card import trainer_outcome
+    from .trainers.weights import weights_changed, weights_fingerprint
     from .rewards import naming_errors
     from .trainers import get_trainer_class
 
@@ -680,6 +653,7 @@ SUBCOMMAND_MODULES = (
     "exploration_trl.eval.command",
     "exploration_trl.experiments.tree",
     "exploration_trl.experiments.countdown_tiny",
+    "exploration_trl.experiments.demo",
     "exploration_trl.hub.command",
 )
 

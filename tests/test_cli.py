@@ -86,7 +86,7 @@ def test_demo_config_as_a_console_script(tmp_path):
     script = Path(sys.executable).with_name("exploration-trl")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "exploration_trl.cli"]
     proc = subprocess.run(
-        command + ["train", "--config", "configs/demo_toy_countdown.yaml", "--output_dir", str(out), "--max_steps", "2"],
+        command + ["train", "--config", "configs/smoke_toy_countdown.yaml", "--output_dir", str(out), "--max_steps", "2"],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -71,7 +71,7 @@ def test_yaml_syntax_error(tmp_path, capsys):
 
 def test_config_without_value(capsys):
     assert run_error(capsys, ["train", "--config"]) == (
-        "error: --config needs a YAML file, e.g. exploration-trl train --config configs/demo_toy_countdown.yaml"
+        "error: --config needs a YAML file, e.g. exploration-trl train --config configs/smoke_toy_countdown.yaml"
     )
 
 

@@ -39,10 +39,14 @@ SHIPPED_DATA = (
     "exploration_trl/data/benchmarks/LICENSES.md",
     "exploration_trl/data/benchmarks/SOURCES.md",
     "exploration_trl/hub/templates/model_card.md.j2",
+    "exploration_trl/data/warm_start/countdown_tiny/model.safetensors",
+    "exploration_trl/data/warm_start/countdown_tiny/config.json",
+    "exploration_trl/data/warm_start/countdown_tiny/tokenizer.json",
+    "exploration_trl/data/warm_start/countdown_tiny/countdown_tiny_sft.json",
 )
 # Files of the repository the source archive must carry besides the package.
 SDIST_EXTRAS = ("README.md", "CHANGELOG.md", "LICENSE", "setup.cfg", "pyproject.toml",
-                "configs/demo_toy_countdown.yaml", "notebooks/quickstart_lora.ipynb")
+                "configs/smoke_toy_countdown.yaml", "notebooks/quickstart_lora.ipynb")
 
 # Top-level entries of the checkout that are build outputs or local state, not sources.
 NOT_SOURCES = {".git", ".venv", "build", "dist", "outputs", "runs", ".pytest_cache"}
@@ -104,6 +108,7 @@ def test_wheel_holds_every_package_file(dists):
     cfg = configparser.ConfigParser()
     cfg.read(REPO_ROOT / "setup.cfg")
     assert f"\nProject-URL: Source, {cfg['metadata']['url']}\n" in metadata
+    assert exploration_trl.PROJECT_URL == cfg["metadata"]["url"]  # what model cards link to
 
 
 def test_sdist_holds_the_package_and_the_repository_files(dists):
@@ -238,5 +243,13 @@ def test_installed_wheel_trains_evaluates_and_writes_a_card(installed):
     assert {(e.metric_type, e.metric_value) for e in evals} == {
         (f"pass@{k}", round(v, 4)) for k, v in results["summary"]["pass_at_k"].items()
     }
-    # The demo's warm-start checkpoint: once `exploration-trl demo` ships, run it here as well (it must load the
-    # checkpoint from the installed package), and add the checkpoint's files to SHIPPED_DATA above.
+
+
+def test_installed_wheel_runs_the_demo_from_its_shipped_warm_start(installed):
+    """`exploration-trl demo --quick` from the wheel: the warm start is read from the installed package."""
+    in_venv(installed, [installed.script, "demo", "--quick", "--workers", "1", "--output", "demo"], timeout=300)
+    summary = json.loads((installed.work / "demo" / "demo_summary.json").read_text())
+    warm_start = Path(summary["demo"]["warm_start"]["path"]).resolve()
+    assert warm_start.is_relative_to(installed.purelib.resolve())
+    assert {"warm_start", "dsgrpo", "grpo"} <= set(summary)
+    assert summary["dsgrpo"]["weights_changed"] is True

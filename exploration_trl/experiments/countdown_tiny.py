@@ -341,9 +341,10 @@ def _countdown_reward():
     return countdown
 
 
-def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict], out_dir: Path,
-             overrides: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
-    """Train `method` from `checkpoint`; returns `(model, tokenizer, info)`."""
+def build_rl_trainer(method: str, settings: Settings, checkpoint: Path, train: list[dict], out_dir: Path,
+                     overrides: dict[str, Any] | None = None, callbacks: list | None = None) -> tuple[Any, dict]:
+    """`(trainer, the method's overrides)`: `method`'s trainer class from `checkpoint` on the training problems,
+    with the experiment's RL settings; nothing is trained yet."""
     from datasets import Dataset
 
     r = settings.rl
@@ -371,21 +372,38 @@ def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict
         "nums": [list(p["nums"]) for p in rows],
         "target": [int(p["target"]) for p in rows],
     })
+    trainer = trainer_cls(model=model, processing_class=tok, reward_funcs=_countdown_reward(), args=args,
+                          train_dataset=dataset, callbacks=callbacks)
+    _common.drop_printer(trainer)
+    return trainer, cfg
+
+
+def reward_trend(trainer, window: int | None = None) -> dict[str, Any]:
+    """Mean training reward over the first and the last `window` logged steps (default: a tenth of them, at least
+    one): one step's reward is too noisy to say whether the reward rose."""
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    if not rewards:
+        return {"reward_first": None, "reward_last": None, "reward_mean": None, "reward_window": 0}
+    n = window or max(1, len(rewards) // 10)
+    return {"reward_first": sum(rewards[:n]) / len(rewards[:n]), "reward_last": sum(rewards[-n:]) / len(rewards[-n:]),
+            "reward_mean": sum(rewards) / len(rewards), "reward_window": n}
+
+
+def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict], out_dir: Path,
+             overrides: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
+    """Train `method` from `checkpoint`; returns `(model, tokenizer, info)`."""
     restore = _common.quiet_training_logs()
     try:
         with _common.Timer() as t:
-            trainer = trainer_cls(model=model, processing_class=tok, reward_funcs=_countdown_reward(), args=args,
-                                  train_dataset=dataset)
-            _common.drop_printer(trainer)
+            trainer, cfg = build_rl_trainer(method, settings, checkpoint, train, out_dir, overrides)
             trainer.train()
     finally:
         restore()
-    history = list(trainer.state.log_history)
-    rewards = [h["reward"] for h in history if "reward" in h]
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     info = {"seconds": t.seconds, "config": dict(cfg), "reward_first": rewards[0] if rewards else None,
             "reward_last": rewards[-1] if rewards else None,
             "reward_mean": sum(rewards) / len(rewards) if rewards else None}
-    model = trainer.model
+    model, tok = trainer.model, trainer.processing_class
     model.eval()
     del trainer
     return model, tok, info

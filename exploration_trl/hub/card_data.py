@@ -46,6 +46,9 @@ BENCHMARK_DATASETS: dict[str, tuple[str | None, str | None, str | None, str]] = 
     "amc23": (None, None, None, "AMC 2023"),
     "countdown3": (None, None, None, "Countdown-3"),
     "countdown": (None, None, None, "Countdown (synthetic)"),
+    # `exploration-trl demo` / `countdown-tiny`: training problems and their held-out test problems.
+    "countdown-tiny": (None, None, None, "countdown-tiny (3 numbers in 1..12, targets 1..100)"),
+    "countdown_tiny_test": (None, None, None, "countdown-tiny held-out problems"),
 }
 BASE_TAGS = ("exploration-trl",)
 TRAILING_TAGS = ("grpo", "rlvr", "trl")

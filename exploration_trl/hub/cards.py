@@ -27,6 +27,7 @@ from typing import Any
 
 from exploration_trl.eval.results import write_atomic
 
+from .. import PROJECT_URL
 from .card_data import (
     adapter_settings,
     adapter_type,
@@ -141,8 +142,14 @@ def _methods(parts: Sequence[str], still: bool) -> tuple[list[dict], str]:
     return methods, " + ".join(METHOD_PAPERS[p][0] if p in METHOD_PAPERS else p for p in parts)
 
 
-def _usage(load_id: str, adapter: str | None, countdown: bool) -> str:
-    """The "How to use" section: loading (transformers, or peft for an adapter), sampling, evaluating."""
+def _is_countdown_tiny(dataset: Any) -> bool:
+    names = [dataset] if isinstance(dataset, str) else list(dataset or [])
+    return any("countdown-tiny" in str(n).lower() for n in names)
+
+
+def _usage(load_id: str, adapter: str | None, countdown: bool, countdown_tiny: bool = False) -> str:
+    """The "How to use" section: loading (transformers, or peft for an adapter), sampling, evaluating. A
+    countdown-tiny model (the demo's) was trained on plain-text prompts, not a chat template."""
     if countdown:
         question = ("Using the numbers [3, 5, 7], write an arithmetic equation whose value is 22. Give the "
                     "final equation between <answer> and </answer>.")
@@ -167,6 +174,15 @@ def _usage(load_id: str, adapter: str | None, countdown: bool) -> str:
             "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
         )
         intro = "With `transformers`:"
+    if countdown_tiny:
+        gen = (
+            'inputs = tokenizer("nums: 3 5 7\\ntarget: 22\\n", return_tensors="pt").to(model.device)\n'
+            "out = model.generate(**inputs, max_new_tokens=20, do_sample=True, temperature=1.0)\n"
+            'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))  # e.g. 3*5+7\n'
+        )
+        evaluate = ("To measure its pass@k again, run `exploration-trl demo` (it evaluates the warm start and every "
+                    "trained model on the same held-out problems).")
+        return f"{intro}\n\n```python\n{load}\n{gen}```\n\n{evaluate}"
     gen = (
         f'messages = [{{"role": "user", "content": "{question}"}}]\n'
         "inputs = tokenizer.apply_chat_template(\n"
@@ -178,7 +194,7 @@ def _usage(load_id: str, adapter: str | None, countdown: bool) -> str:
     evaluate = (
         "To measure pass@k yourself (n samples per problem, unbiased estimator):\n\n"
         "```bash\n"
-        "pip install exploration-trl\n"
+        f'pip install "exploration-trl @ git+{PROJECT_URL}"\n'
         f"exploration-trl eval --model {load_id} --benchmark {'countdown3' if countdown else 'gsm8k'} --n 16 "
         "--temperature 0.6\n"
         "```"
@@ -243,7 +259,7 @@ def render_model_card(
 
     methods, method_display = _methods(parts, still)
     what = f"a fine-tuned version of {base_display}" if adapter is None else f"a {adapter} adapter for {base_display}"
-    how = (f"**{method_display}** in [exploration-trl](https://pypi.org/project/exploration-trl/) "
+    how = (f"**{method_display}** in [exploration-trl]({PROJECT_URL}) "
            "(exploration-preserving RLVR methods for [TRL](https://github.com/huggingface/trl))"
            + (f" on {dataset_display}" if dataset_display else ""))
     if outcome.get("weights_changed") is False:
@@ -278,6 +294,7 @@ def render_model_card(
         method_display=method_display,
         methods=methods,
         trainer_name=trainer_name,
+        project_url=PROJECT_URL,
         results=found,
         result_header=header,
         result_rows=rows,
@@ -296,7 +313,7 @@ def render_model_card(
         curves=curves,
         method_hparams=hp.get("method") or [],
         grpo_hparams=hp.get("grpo") or [],
-        usage=_usage(load_id, adapter, countdown=countdown),
+        usage=_usage(load_id, adapter, countdown=countdown, countdown_tiny=_is_countdown_tiny(dataset)),
         versions=versions,
         bibtex=bibtex_for(method, still=still),
         user_notes=kept_notes(readme),

@@ -137,8 +137,8 @@ METHOD_PAPERS: dict[str, tuple[str, str, str]] = {
     ),
     "dsgrpo": (
         "DS-GRPO (differential smoothing)",
-        "An entropy bonus on correct completions and an entropy penalty on wrong ones, through the length-averaged "
-        "log-probability of each completion.",
+        "An entropy bonus on correct completions and an entropy penalty on wrong ones, through the log-probability "
+        "of each token (`ds_logp_granularity`: per token by default, or the completion's mean or sum).",
         "gai2025differential",
     ),
     "casp": (
