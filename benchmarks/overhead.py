@@ -12,6 +12,7 @@ which other jobs on a shared machine disturb far less. Reports min / median / ma
     python benchmarks/overhead.py                       # the table in the README (~10 min on 2 cores)
     python benchmarks/overhead.py --check               # exit 1 if a median CPU ratio misses its target beyond noise
     python benchmarks/overhead.py --no-metrics          # exploration_metrics: false
+    python benchmarks/overhead.py --logging-steps 10    # the LM-head metrics on every 10th step only
     python benchmarks/overhead.py --scaling             # vocabulary 32k/152k, length 64/512, G 8/16 (~25 min)
 """
 
@@ -41,7 +42,7 @@ SCALING = [dict(BASE), {**BASE, "vocab_size": 151936}, {**BASE, "completion_leng
 
 
 def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_generations: int, out: str,
-              threads: int, metrics: bool, steps_per_generation: int) -> dict:
+              threads: int, metrics: bool, steps_per_generation: int, logging_steps: int = 1) -> dict:
     """One training run in this process; returns its mean step wall and CPU time and its peak RSS growth."""
     import psutil
     import torch
@@ -61,7 +62,7 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
     args = config_cls(
         **extra,
         output_dir=out, per_device_train_batch_size=num_generations, num_generations=num_generations,
-        max_completion_length=completion_length, max_steps=steps, learning_rate=1e-4, logging_steps=1,
+        max_completion_length=completion_length, max_steps=steps, learning_rate=1e-4, logging_steps=logging_steps,
         save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=0, disable_tqdm=True,
         gradient_checkpointing=False,
         # Same workload for every method: the same rollouts per optimizer step, full-length completions.
@@ -73,15 +74,17 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
         return [len(set(c)) / 32 for c in completions]
 
     cpu_times: list[float] = []
+    wall_times: list[float] = []
 
     class CpuTime(TrainerCallback):
-        """CPU seconds of this process per optimizer step: far less sensitive to other jobs than wall time."""
+        """Wall and CPU seconds of this process per optimizer step (CPU time is far less sensitive to other jobs)."""
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self.started = time.process_time()
+            self.started = time.process_time(), time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
-            cpu_times.append(time.process_time() - self.started)
+            cpu_times.append(time.process_time() - self.started[0])
+            wall_times.append(time.perf_counter() - self.started[1])
 
     trainer = trainer_cls(model=ckpt, reward_funcs=reward, args=args, train_dataset=dataset, callbacks=[CpuTime()])
     proc = psutil.Process()
@@ -101,7 +104,9 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
     sampler.join()
     # Mean over the timed steps (the first, warm-up, is dropped): with `steps_per_generation: 2` steps alternate
     # between generating and reusing a rollout, and a median would pick one kind.
-    step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][1:]
+    # TRL logs `step_time` averaged over each logging window; with logging_steps > 1 the first window includes the
+    # warm-up step, so the wall time is then taken from the callback's wall clock instead.
+    step_times = wall_times[1:]
     return {"step_time": statistics.mean(step_times), "step_cpu": statistics.mean(cpu_times[1:]),
             "peak_rss_delta_mb": (peak[0] - before) / 2**20}
 
@@ -116,7 +121,7 @@ def _spread(values: list[float]) -> dict:
 
 
 def measure(workload: dict, methods: list[str], rounds: int, steps: int, threads: int, metrics: bool,
-            steps_per_generation: int, label: str) -> dict:
+            steps_per_generation: int, label: str, logging_steps: int = 1) -> dict:
     """Interleaved trials of `methods` on one workload; returns per-method spreads and ratios to `trl`."""
     from exploration_trl.toy import make_toy_checkpoint
 
@@ -129,7 +134,7 @@ def measure(workload: dict, methods: list[str], rounds: int, steps: int, threads
                 cmd = [sys.executable, __file__, "--trial", m, ckpt, "--steps", str(steps), "--threads", str(threads),
                        "--completion-length", str(workload["completion_length"]),
                        "--num-generations", str(workload["num_generations"]),
-                       "--steps-per-generation", str(steps_per_generation)]
+                       "--steps-per-generation", str(steps_per_generation), "--logging-steps", str(logging_steps)]
                 cmd += [] if metrics else ["--no-metrics"]
                 started = time.perf_counter()
                 proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -161,6 +166,7 @@ def measure(workload: dict, methods: list[str], rounds: int, steps: int, threads
     noise = (max(ref_time) - min(ref_time)) / statistics.median(ref_time)
     cpu_noise = (max(ref_cpu) - min(ref_cpu)) / statistics.median(ref_cpu)
     return {"workload": {**workload, "metrics": metrics, "steps_per_generation": steps_per_generation,
+                         "logging_steps": logging_steps,
                          "rounds": rounds, "timed_steps": steps - 1, "threads": threads},
             "time_noise": round(noise, 4), "cpu_noise": round(cpu_noise, 4), "methods": table, "raw": results}
 
@@ -231,6 +237,8 @@ def main():
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--threads", type=int, default=1, help="torch threads per trial")
     parser.add_argument("--no-metrics", action="store_true", help="exploration_metrics: false for our trainers")
+    parser.add_argument("--logging-steps", type=int, default=1,
+                        help="logging_steps of every trial (default 1: the LM-head metrics run on every step)")
     parser.add_argument("--scaling", action="store_true", help="vary vocabulary, length and G (writes a plot)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a median ratio misses its target")
     parser.add_argument("--output", default=None, help="default: benchmarks/overhead.json (scaling.json)")
@@ -244,7 +252,7 @@ def main():
     if args.trial:
         with tempfile.TemporaryDirectory() as out:
             result = run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, args.num_generations,
-                               out, args.threads, not args.no_metrics, args.steps_per_generation)
+                               out, args.threads, not args.no_metrics, args.steps_per_generation, args.logging_steps)
         print("RESULT " + json.dumps(result))
         return 0
 
@@ -258,16 +266,19 @@ def main():
         runs = {}
         for workload in SCALING:
             name = "_".join(f"{k}{v}" for k, v in workload.items())
-            runs[name] = measure(workload, methods, args.rounds, args.steps, args.threads, metrics, 1, name)
+            runs[name] = measure(workload, methods, args.rounds, args.steps, args.threads, metrics, 1, name,
+                                 args.logging_steps)
             print_table(runs[name], name)
         output = Path(args.output or here / "scaling.json")
         plot_scaling(list(runs.values()), output.with_suffix(".png"))
         print(f"wrote {output.with_suffix('.png')}")
     else:
-        runs = {"on_policy": measure(BASE, methods, args.rounds, args.steps, args.threads, metrics, 1, "on-policy")}
+        runs = {"on_policy": measure(BASE, methods, args.rounds, args.steps, args.threads, metrics, 1, "on-policy",
+                                     args.logging_steps)}
         off = [m for m in OFF_POLICY_METHODS if m in methods]
         if len(off) > 1:
-            runs["off_policy"] = measure(BASE, off, args.rounds, args.steps, args.threads, metrics, 2, "off-policy")
+            runs["off_policy"] = measure(BASE, off, args.rounds, args.steps, args.threads, metrics, 2, "off-policy",
+                                         args.logging_steps)
         for name, run in runs.items():
             print_table(run, name)
         output = Path(args.output or here / "overhead.json")

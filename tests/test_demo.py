@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+import exploration_trl
+
 from exploration_trl.cli import main as cli_main
 from exploration_trl.experiments import countdown_tiny, demo
 
@@ -74,6 +76,8 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
         assert (folder / "model.safetensors").is_file() and (folder / "eval" / "results.json").is_file()
         card = (folder / "README.md").read_text()
         assert "pass@1" in card and "countdown-tiny" in card
+        assert 'tokenizer("nums: 3 5 7\\ntarget: 22\\n"' in card  # the plain-text prompt it was trained on
+        assert exploration_trl.PROJECT_URL in card and "pypi.org" not in card
     assert summary["dsgrpo"]["setting"] == demo.DEMO_SETTINGS["dsgrpo"]
     assert summary["grpo"]["setting"] == {}
     assert (out / "pass_at_k.png").stat().st_size > 10_000
@@ -94,3 +98,20 @@ def test_bad_demo_flags_are_one_line_errors(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_documented_command_rebuilds_the_shipped_warm_start_exactly(tmp_path):
+    """The shipped checkpoint is what its documented command makes (seed 0; about 6 minutes of SFT on one core)."""
+    from safetensors.torch import load_file
+
+    export = tmp_path / "warm_start"
+    argv = ["countdown-tiny", "--sft-only", "--export", str(export), "--sft-hidden-size", "64", "--sft-layers", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--output", str(tmp_path / "run")]
+    assert cli_main(argv) == 0
+    rebuilt = load_file(str(export / "model.safetensors"))
+    shipped = load_file(str(demo.warm_start_dir() / "model.safetensors"))
+    assert rebuilt.keys() == shipped.keys()
+    assert max((rebuilt[k] - shipped[k]).abs().max().item() for k in shipped) == 0.0
+    info = json.loads((export / countdown_tiny.EXPORT_INFO).read_text())
+    assert info["pass_at_k"] == demo.warm_start_info()["pass_at_k"]

@@ -79,3 +79,13 @@ def test_token_statistics_hand_distribution():
     assert stats["branching"].tolist() == [3]
     expected_entropy = -(probs * probs.log()).sum()
     torch.testing.assert_close(stats["entropy"], expected_entropy.reshape(1))
+
+
+def test_chunk_rows_keep_the_logit_buffer_bounded_as_the_vocabulary_grows():
+    from exploration_trl.ops.lm_head import CHUNK_ELEMENTS, default_chunk_rows
+
+    assert default_chunk_rows(100) == 64 and default_chunk_rows(32768) == 64  # 8 MB float32 buffers at 32k
+    assert default_chunk_rows(151936) == 13  # Qwen2.5: 13 x 151936 <= 2**21 logits
+    for vocab in (1000, 32768, 151936, 262144, 10**7):
+        rows = default_chunk_rows(vocab)
+        assert rows >= 1 and (rows == 1 or rows * vocab <= CHUNK_ELEMENTS)

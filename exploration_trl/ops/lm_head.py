@@ -13,8 +13,16 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-#: Rows projected at once: 64 rows x 152k vocab x 4 bytes is ~40 MB per buffer (TRL 1.16 tiles 4096 x 32768).
+#: At most this many rows are projected at once...
 DEFAULT_CHUNK_ROWS = 64
+#: ...and at most this many logits (8 MB in float32 per buffer), so the extra memory does not grow with the
+#: vocabulary: 64 rows at 32k, 13 rows at Qwen2.5's 152k (TRL 1.16 itself tiles 4096 x 32768).
+CHUNK_ELEMENTS = 2**21
+
+
+def default_chunk_rows(vocab_size: int) -> int:
+    """Rows per chunk for a `vocab_size` head: `DEFAULT_CHUNK_ROWS`, fewer for large vocabularies."""
+    return max(1, min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, int(vocab_size))))
 
 
 def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
@@ -78,7 +86,7 @@ def candidate_logps(
     bias: torch.Tensor | None,
     ids: torch.Tensor,
     temperature: float = 1.0,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    chunk_rows: int | None = None,
     regather: Callable[[], AbstractContextManager] | None = None,
 ) -> torch.Tensor:
     """Log-probs `(M, K)` of token `ids (M, K)` given `hidden (M, H)`, differentiable, O(chunk_rows x vocab) memory.
@@ -87,6 +95,7 @@ def candidate_logps(
     ZeRO-3) is only materialised inside such a context. The function runs (forward and backward) even for
     `M = 0`, so that every process of a sharded run enters that context the same number of times.
     """
+    chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0])
     return _CandidateLogProbs.apply(hidden, weight, bias, ids.long(), temperature, chunk_rows, regather or nullcontext)
 
 
@@ -99,7 +108,7 @@ def token_statistics(
     temperature: float = 1.0,
     top_n: int = 3,
     top_p: float | None = None,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    chunk_rows: int | None = None,
     entropy: bool = True,
 ) -> dict[str, torch.Tensor]:
     """No-grad per-row statistics of the next-token distribution at `hidden (M, H)`.
@@ -111,6 +120,7 @@ def token_statistics(
     """
     m = hidden.shape[0]
     dev = hidden.device
+    chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0])
     out = {
         "target_logps": torch.zeros(m, device=dev),
         "topn_ids": torch.zeros(m, top_n, dtype=torch.long, device=dev),
