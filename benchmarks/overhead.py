@@ -14,7 +14,7 @@ disturbance. Writes `benchmarks/overhead.json`.
     python benchmarks/overhead.py --check               # exit 1 if a best CPU ratio misses its target beyond noise
     python benchmarks/overhead.py --no-metrics          # exploration_metrics: false
     python benchmarks/overhead.py --logging-steps 10    # the LM-head metrics on every 10th step only
-    python benchmarks/overhead.py --scaling --rounds 2 --steps 4   # vocabulary 32k/152k, length 64/512, G 8/16
+    python benchmarks/overhead.py --scaling             # vocabulary 32k/152k, length 64/512, G 8/16 (~30 min)
     python benchmarks/overhead.py --summarize benchmarks/scaling.json   # re-summarise a saved run
 """
 
@@ -245,8 +245,9 @@ def plot_scaling(runs: list[dict], path: Path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=5, help="optimizer steps per trial (the first is not timed)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; --scaling 2)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="optimizer steps per trial, the first not timed (default 5; --scaling 3)")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--threads", type=int, default=1, help="torch threads per trial")
     parser.add_argument("--no-metrics", action="store_true", help="exploration_metrics: false for our trainers")
@@ -263,6 +264,9 @@ def main():
     parser.add_argument("--num-generations", type=int, default=BASE["num_generations"], help=argparse.SUPPRESS)
     parser.add_argument("--steps-per-generation", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # --scaling runs 4 workloads, one of them 8x longer: fewer rounds and steps keep it near half an hour on 2 cores.
+    args.rounds = args.rounds or (2 if args.scaling else 3)
+    args.steps = args.steps or (3 if args.scaling else 5)
 
     if args.trial:
         with tempfile.TemporaryDirectory() as out:
