@@ -399,10 +399,9 @@ def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict
             trainer.train()
     finally:
         restore()
-    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    info = {"seconds": t.seconds, "config": dict(cfg), "reward_first": rewards[0] if rewards else None,
-            "reward_last": rewards[-1] if rewards else None,
-            "reward_mean": sum(rewards) / len(rewards) if rewards else None}
+    trend = reward_trend(trainer, window=1)  # the first and the last logged step
+    info = {"seconds": t.seconds, "config": dict(cfg),
+            **{k: trend[k] for k in ("reward_first", "reward_last", "reward_mean")}}
     model, tok = trainer.model, trainer.processing_class
     model.eval()
     del trainer
@@ -515,7 +514,7 @@ def prepare(settings: Settings, cache_dir: Path, output: Path, threads: int | No
             res = evaluate(base.eval(), base_tok, bench, settings, Path(output) / "eval" / "sft")
     finally:
         restore()
-    _log_eval(log, "sft", res)
+    log_eval(log, "sft", res)
     return WarmStart(train, test, ckpt, sft_info, reused, t_sft.seconds, bench, res, t_eval.seconds)
 
 
@@ -530,7 +529,7 @@ def run_countdown(methods: list[str], settings: Settings, output: Path, cache_di
         runs: dict[str, dict] = {"sft": {"eval": ws.eval, "eval_seconds": ws.eval_seconds}}
 
         def report(r):
-            _log_eval(log, r["method"], r["eval"], r["rl"]["seconds"])
+            log_eval(log, r["method"], r["eval"], r["rl"]["seconds"])
 
         jobs = [(m, settings, ws.checkpoint, ws.train, ws.bench, output, (overrides or {}).get(m)) for m in methods]
         with _common.Timer() as t_rl:
@@ -579,11 +578,12 @@ def _compact(run: dict) -> dict:
     }
 
 
-def _log_eval(log, name, res, seconds=None):
+def log_eval(log, name, res, seconds=None, prefix="countdown-tiny"):
+    """One progress line: a model's held-out pass@1 and pass@n (and its RL seconds)."""
     pk = res["summary"]["pass_at_k"]
     n = max(int(k) for k in pk)
     extra = f" (RL {seconds:.0f}s)" if seconds is not None else ""
-    log(f"[countdown-tiny] {name:>14s}: pass@1 {100 * pk['1']:.1f}%, pass@{n} {100 * pk[str(n)]:.1f}%{extra}")
+    log(f"[{prefix}] {name:>14s}: pass@1 {100 * pk['1']:.1f}%, pass@{n} {100 * pk[str(n)]:.1f}%{extra}")
 
 
 def _plot(runs: dict[str, dict], out_png: Path) -> Path | None:

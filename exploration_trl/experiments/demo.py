@@ -190,13 +190,12 @@ def run_demo(method: str, compare: list[str], output: Path, quick: bool = False,
                                                   seed=settings.rl_seed)
         finally:
             restore()
-        countdown_tiny._log_eval(lambda m: log(m.replace("[countdown-tiny]", "[demo]")), "warm_start", ws_eval)
+        countdown_tiny.log_eval(log, "warm_start", ws_eval, prefix="demo")
         runs = {"warm_start": {"eval": ws_eval}}
         seconds = {"warm_start": t_ws.seconds}
 
         def report(run):
-            countdown_tiny._log_eval(lambda m: log(m.replace("[countdown-tiny]", "[demo]")), run["name"], run["eval"],
-                                     run["rl_seconds"])
+            countdown_tiny.log_eval(log, run["name"], run["eval"], run["rl_seconds"], prefix="demo")
 
         jobs = [(m, m, settings_by_model[m], settings, ckpt, train, bench, output) for m in names]
         for run in _common.run_jobs(train_and_evaluate, jobs, workers=workers, threads=1, on_result=report):

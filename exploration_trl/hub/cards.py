@@ -117,9 +117,10 @@ def _trainer_name(method: str) -> str:
     return "".join(TRAINER_NAMES.get(p, p).removesuffix("Trainer") for p in parts) + "Trainer"
 
 
-def _is_countdown(dataset: Any) -> bool:
+def _mentions(dataset: Any, word: str) -> bool:
+    """Does the dataset name (or any of a list of names) contain `word`?"""
     names = [dataset] if isinstance(dataset, str) else list(dataset or [])
-    return any("countdown" in str(n).lower() for n in names)
+    return any(word in str(n).lower() for n in names)
 
 
 def _training_record(method: str, training_args: Any, state: Mapping) -> tuple[dict, bool, list, str]:
@@ -140,11 +141,6 @@ def _methods(parts: Sequence[str], still: bool) -> tuple[list[dict], str]:
         name, description, key = METHOD_PAPERS.get(p, (p, "", "shao2024deepseekmath"))
         methods.append({"name": name, "description": description, "cite": PAPERS[key].short, "url": PAPERS[key].url})
     return methods, " + ".join(METHOD_PAPERS[p][0] if p in METHOD_PAPERS else p for p in parts)
-
-
-def _is_countdown_tiny(dataset: Any) -> bool:
-    names = [dataset] if isinstance(dataset, str) else list(dataset or [])
-    return any("countdown-tiny" in str(n).lower() for n in names)
 
 
 def _usage(load_id: str, adapter: str | None, countdown: bool, countdown_tiny: bool = False) -> str:
@@ -268,7 +264,7 @@ def render_model_card(
     else:
         intro = f"This model is {what}, trained with reinforcement learning from verifiable rewards using {how}."
     header, rows = result_table(found)
-    countdown = _is_countdown(dataset)
+    countdown = _mentions(dataset, "countdown")
     new_state = {
         "version": STATE_VERSION,
         "method": method,
@@ -313,7 +309,7 @@ def render_model_card(
         curves=curves,
         method_hparams=hp.get("method") or [],
         grpo_hparams=hp.get("grpo") or [],
-        usage=_usage(load_id, adapter, countdown=countdown, countdown_tiny=_is_countdown_tiny(dataset)),
+        usage=_usage(load_id, adapter, countdown=countdown, countdown_tiny=_mentions(dataset, "countdown-tiny")),
         versions=versions,
         bibtex=bibtex_for(method, still=still),
         user_notes=kept_notes(readme),
