@@ -46,10 +46,10 @@ def warm_start_info() -> dict[str, Any]:
     return json.loads((warm_start_dir() / countdown_tiny.EXPORT_INFO).read_text())
 
 
-def demo_settings(quick: bool, seed: int = 0) -> countdown_tiny.Settings:
+def demo_settings(quick: bool, seed: int = 0, info: dict[str, Any] | None = None) -> countdown_tiny.Settings:
     """The countdown-tiny settings of the shipped warm start (its split must stay the one it was trained on), with
     the demo's RL budget and evaluation; `quick` shrinks RL and evaluation to a smoke run."""
-    info = warm_start_info()
+    info = info or warm_start_info()
     data = countdown_tiny.DataSettings(**info["settings"]["data"])
     model = countdown_tiny.ModelSettings(**info["settings"]["model"])
     s = countdown_tiny.Settings(seed=int(info["seed"]), data=data, model=model)
@@ -165,13 +165,13 @@ def run_demo(method: str, compare: list[str], output: Path, quick: bool = False,
     log = log or functools.partial(print, flush=True)  # in order with the worker processes' progress lines
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    settings = demo_settings(quick, seed)
+    info = warm_start_info()
+    settings = demo_settings(quick, seed, info)
     if steps is not None:
         settings.rl.steps = steps
     names = [method] + [c for c in compare if c != method]
     settings_by_model = {m: {**DEMO_SETTINGS.get(m, {}), **(overrides or {}).get(m, {})} for m in names}
     ckpt = warm_start_dir()
-    info = warm_start_info()
     r, e = settings.rl, settings.eval
     log(f"[demo] warm start: {ckpt} ({info['size_mb']:.2f} MB, {info['num_parameters']:,} parameters)")
     log(f"[demo] training {', '.join(_method_label(m, settings_by_model[m]) for m in names)}: {r.steps} steps x "
