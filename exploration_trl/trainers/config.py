@@ -1,0 +1,112 @@
+"""`ExplorationGRPOConfig`: TRL's `GRPOConfig` plus the keys every exploration method shares, and the checks on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from trl import GRPOConfig
+
+from ..rewards._base import DEFAULT_CORRECT_THRESHOLD
+
+
+@dataclass
+class ExplorationGRPOConfig(GRPOConfig):
+    """`GRPOConfig` plus the STILL advantage shapers and exploration-metric switches.
+
+    With the defaults below (shapers off) training is exactly TRL's GRPO. Paper values: STILL report
+    (Sec. 3, Eq. 11/12) uses `ppl_shaping_alpha=0.01` and `position_bonus_gamma=0.1`, the position bonus switched
+    on at step 200 for 100 steps (the defaults of `position_bonus_start_step` / `position_bonus_num_steps`).
+    """
+
+    ppl_shaping_alpha: float = field(
+        default=0.0,
+        metadata={"help": "STILL perplexity shaping: A * (1 - alpha * w_ppl) (Eq. 11). 0 disables; paper: 0.01."},
+    )
+    position_bonus_gamma: float = field(
+        default=0.0,
+        metadata={"help": "STILL position bonus: A_t + sign(A) * gamma * sigmoid(...) (Eq. 12). 0 disables; paper: 0.1."},
+    )
+    position_bonus_start_step: int = field(
+        default=200,
+        metadata={"help": "First global step at which the position bonus is applied (STILL report: step 200, once "
+                  "the policy has learnt the task format)."},
+    )
+    position_bonus_num_steps: int | None = field(
+        default=100,
+        metadata={"help": "Number of steps the position bonus stays on (STILL report: 100; None: until the end)."},
+    )
+    correct_reward_threshold: float = field(
+        default=DEFAULT_CORRECT_THRESHOLD,
+        metadata={"help": "A completion is correct when its total (weighted) reward is above this (metrics, DS-GRPO, "
+                  "ProGRPO's all_wrong/keep_sign; `exploration_trl.rewards.is_correct`). Raise it above any partial "
+                  "credit, e.g. 0.5 with a 0.1 format bonus."},
+    )
+    rollout_logps_from_generation: bool = field(
+        default=True,
+        metadata={"help": "When TRL computes no old log-probs (fully on-policy, transformers generation), read the "
+                  "rollout log-probs ProGRPO, DS-GRPO and STILL shaping need from the logits generation already "
+                  "computed, instead of one more forward pass over every completion. false: recompute them."},
+    )
+    exploration_metrics: bool = field(
+        default=True, metadata={"help": "Log exploration metrics (entropy by correctness, Λ(n), branching, pass@G)."}
+    )
+    exploration_metrics_max_tokens: int = field(
+        default=64,
+        metadata={"help": "Completion tokens per micro-batch sampled for Λ(n) and the branching factor."},
+    )
+    exploration_metrics_top_p: float = field(
+        default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
+    )
+    debug_rollout_dir: str | None = field(
+        default=None,
+        metadata={"help": "Debugging: save each generation batch's rewards and advantages per process as .pt files."},
+    )
+
+    # TRL turns checkpointing on through `gradient_checkpointing`, which transformers 5 deprecates (a FutureWarning
+    # at every start); the same default is set here through the current name, `activation_checkpointing`.
+    gradient_checkpointing: bool | None = field(
+        default=None, metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5)."}
+    )
+    activation_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Recompute activations in the backward pass to save memory (default: on, as TRL's GRPO)."},
+    )
+
+    def __post_init__(self):
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True  # TRL's default, under the name transformers 5 reads
+        if not self.use_cpu and not has_accelerator():
+            # No GPU: train on the CPU (in float32 unless bf16 was asked for) instead of stopping at transformers'
+            # "Your setup doesn't support bf16/gpu".
+            self.use_cpu = True
+            self.bf16 = False if self.bf16 is None else self.bf16
+        check_non_negative(self, {
+            "learning_rate": "a step size (e.g. 1e-6)",
+            "epsilon": "the lower clip range of the ratio (TRL: 0.2)",
+            "epsilon_high": "the upper clip range of the ratio",
+            "ppl_shaping_alpha": "the weight of STILL's perplexity shaping (paper: 0.01; 0 switches it off)",
+            "position_bonus_gamma": "the weight of STILL's position bonus (paper: 0.1; 0 switches it off)",
+        })
+        if self.temperature is not None and not self.temperature > 0:
+            raise ValueError(f"temperature is {self.temperature} but must be > 0: GRPO learns from sampled completions "
+                             "(TRL's default: 1.0)")
+        super().__post_init__()
+        if self.position_bonus_num_steps is not None and self.position_bonus_num_steps < 0:
+            raise ValueError(f"position_bonus_num_steps must be >= 0 or None, got {self.position_bonus_num_steps}")
+        if not 0.0 < self.exploration_metrics_top_p <= 1.0:
+            raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+
+
+def has_accelerator() -> bool:
+    """True when torch sees a GPU (CUDA, ROCm, Apple MPS) or an Intel XPU."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(torch.cuda.is_available() or torch.backends.mps.is_available() or (xpu and xpu.is_available()))
+
+
+def check_non_negative(config, meanings: dict[str, str]):
+    """Raise a one-line `ValueError` naming the first of `meanings`' keys whose value is negative (None is unset)."""
+    for name, meaning in meanings.items():
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{name} is {value} but must be >= 0: it is {meaning}")
