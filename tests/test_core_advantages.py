@@ -271,12 +271,61 @@ def test_progrpo_sign_flip_and_keep_sign():
 
 def test_progrpo_non_binary_rewards_and_alpha():
     adv, _, comp, cmask, prompt, pmask = _progrpo_inputs()
-    # group 2 rewards [0.3, 0.7] are no longer all equal -> it is shaped too (alpha = 1)
+    # threshold 0.4: group 1 [0.5 right, 0.25 wrong] and group 2 [0.3 wrong, 0.7 right] are mixed -> shaped (alpha 1)
     # row 2: 0.5 + (0.4 - 0.6) = 0.3 ; row 3: -0.5 + (0.4 - 0.7) = -0.8
     # group 1: row 0: 1 + (0.4 - 0.5) = 0.9 ; row 1: -1 + (0.4 - 0.2) = -0.8
     rewards = T([0.5, 0.25, 0.3, 0.7])
-    out = progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, alpha=1.0)
+    out = progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, alpha=1.0, correct_threshold=0.4)
     assert_close(out, T([0.9, -0.8, 0.3, -0.8]))
+    # threshold 0: every reward counts as correct, both groups are all-right -> untouched, unequal rewards or not
+    out = progrpo_advantages(adv, rewards, 2, comp, cmask, prompt, pmask, alpha=1.0)
+    assert_close(out, adv)
+
+
+def _graded_group_inputs():
+    """G = 4, one prompt whose lowest prompt-token prob is 0.9 (c_ref = 0.9); completion confidences
+    c_o = [0.5, 0.6, 0.5, 0.6] (one token each), so alpha 0.3 shifts rows by 0.3 * 0.4 = 0.12 and 0.3 * 0.3 = 0.09."""
+    comp = torch.stack([lg(c, 1e-9) for c in (0.5, 0.6, 0.5, 0.6)])
+    cmask = T([[1, 0]] * 4)
+    prompt = torch.stack([lg(1e-9, 0.9)] * 4)
+    pmask = T([[0, 1]] * 4)
+    return comp, cmask, prompt, pmask
+
+
+def test_progrpo_skip_rule_judges_correctness_under_a_graded_reward():
+    """The recipes' reward is accuracy + 0.1 format (threshold 0.5): skipping is by correctness, not equal rewards."""
+    comp, cmask, prompt, pmask = _graded_group_inputs()
+    # all wrong, two of four formatted: rewards [0.1, 0, 0.1, 0], mean 0.05, unbiased std sqrt(0.01/3) = 0.0577350
+    # GRPO A = +-0.05 / (0.0577350 + 1e-4) = +-0.8645356
+    rewards = T([0.1, 0.0, 0.1, 0.0])
+    adv = group_advantages(rewards, 4)
+    assert_close(adv, T([0.8645356, -0.8645356, 0.8645356, -0.8645356]))
+    for rule in ("all_equal", "all_wrong"):
+        out = progrpo_advantages(adv, rewards, 4, comp, cmask, prompt, pmask, skip_groups=rule, correct_threshold=0.5)
+        assert_close(out, adv)  # Algorithm 1 / Eq. 4: an all-wrong group is untouched
+    # a threshold of 0 counts the format bonus as correct: the group looks mixed and is shifted
+    # 0.8645356 + 0.12 = 0.9845356 ; -0.8645356 + 0.09 = -0.7745356
+    out = progrpo_advantages(adv, rewards, 4, comp, cmask, prompt, pmask, correct_threshold=0.0)
+    assert_close(out, T([0.9845356, -0.7745356, 0.9845356, -0.7745356]))
+    # all right with mixed formatting [1.1, 1.0, 1.1, 1.0]: untouched under all_equal (Algorithm 1) ...
+    rewards = T([1.1, 1.0, 1.1, 1.0])
+    adv = group_advantages(rewards, 4)
+    out = progrpo_advantages(adv, rewards, 4, comp, cmask, prompt, pmask, correct_threshold=0.5)
+    assert_close(out, adv)
+    # ... and shifted under all_wrong (Eq. 4 skips only all-wrong groups): A + [0.12, 0.09, 0.12, 0.09]
+    out = progrpo_advantages(adv, rewards, 4, comp, cmask, prompt, pmask, skip_groups="all_wrong",
+                             correct_threshold=0.5)
+    assert_close(out, adv + T([0.12, 0.09, 0.12, 0.09]))
+    # a mixed group [1.1, 0.1, 1.0, 0] is shifted under both rules
+    rewards = T([1.1, 0.1, 1.0, 0.0])
+    adv = group_advantages(rewards, 4)
+    for rule in ("all_equal", "all_wrong"):
+        out = progrpo_advantages(adv, rewards, 4, comp, cmask, prompt, pmask, skip_groups=rule, correct_threshold=0.5)
+        assert_close(out, adv + T([0.12, 0.09, 0.12, 0.09]))
+    # NaN rewards are ignored when judging: [NaN, 0.1, 0, 0.1] is all wrong -> untouched
+    rewards = T([float("nan"), 0.1, 0.0, 0.1])
+    out = progrpo_advantages(T([0.0, 1.0, -1.0, 1.0]), rewards, 4, comp, cmask, prompt, pmask, correct_threshold=0.5)
+    assert_close(out, T([0.0, 1.0, -1.0, 1.0]))
 
 
 def test_progrpo_nan_confidence_keeps_advantage():
@@ -346,10 +395,14 @@ def _seq_mean(*args, **kwargs):
     return dsgrpo_advantages(*args, granularity="sequence_mean", **kwargs)
 
 
+def _token(*args, **kwargs):
+    return dsgrpo_advantages(*args, granularity="token", **kwargs)
+
+
 def test_dsgrpo_token_granularity_hand_worked():
-    """Default granularity: A_t = A - gamma_p * logp_t (correct) / A + gamma_n * logp_t (wrong), 0 on padding."""
+    """token: A_t = A - gamma_p * logp_t (correct) / A + gamma_n * logp_t (wrong), 0 on padding."""
     adv, rewards, logps, mask = _ds_inputs()
-    out = dsgrpo_advantages(adv, rewards, logps, mask)
+    out = _token(adv, rewards, logps, mask)
     # row 0 correct:   0.5 - 0.01 * [-1, -2, -3]        = [0.51, 0.52, 0.53], padding 0
     # row 1 incorrect: -0.5 + 0.01 * -0.5               = -0.505, padding 0
     # row 2 correct, no valid token                     -> all padding: 0
@@ -358,26 +411,39 @@ def test_dsgrpo_token_granularity_hand_worked():
     assert_close(out, T([[0.51, 0.52, 0.53, 0.0], [-0.505, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0],
                          [0.04, 0.02, 0.0, 0.02]]))
     # gamma_p = 0 (DS-GRPO-Negative): correct rows keep A on valid tokens
-    out = dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.0, gamma_n=0.1)
+    out = _token(adv, rewards, logps, mask, gamma_p=0.0, gamma_n=0.1)
     assert_close(out[0], T([0.5, 0.5, 0.5, 0.0]))
     assert_close(out[1], T([-0.55, 0.0, 0.0, 0.0]))
     # per-token input advantages are shifted token by token
     adv_t = T([[1.0, 2.0, 3.0, 4.0]] * 4)
-    out = dsgrpo_advantages(adv_t, rewards, logps, mask)
+    out = _token(adv_t, rewards, logps, mask)
     assert_close(out[0], T([1.01, 2.02, 3.03, 0.0]))
     # NaN reward keeps A on valid tokens; bf16 inputs give float32 results
-    out = dsgrpo_advantages(adv.bfloat16(), T([1.0, float("nan"), 1.0, 0.5]).bfloat16(), logps.bfloat16(), mask)
+    out = _token(adv.bfloat16(), T([1.0, float("nan"), 1.0, 0.5]).bfloat16(), logps.bfloat16(), mask)
     assert out.dtype == F32
     assert_close(out[1], T([-0.5, 0.0, 0.0, 0.0]))
 
 
 def test_dsgrpo_sequence_sum_hand_worked():
+    """Default granularity (the paper's trajectory form): A - gamma_p * log pi(y|x) / A + gamma_n * log pi(y|x)."""
     adv, rewards, logps, mask = _ds_inputs()
-    out = dsgrpo_advantages(adv, rewards, logps, mask, granularity="sequence_sum")
+    out = dsgrpo_advantages(adv, rewards, logps, mask)
     # trajectory log-probs: row 0: -6 ; row 1: -0.5 ; row 2: 0 (empty) ; row 3: -8
     # row 0 correct: 0.5 + 0.06 = 0.56 ; row 1 wrong: -0.5 - 0.005 = -0.505 ; row 2: 1 ; row 3 correct: 0.08
-    assert out.shape == (4,)
+    assert out.dtype == F32 and out.shape == (4,)
     assert_close(out, T([0.56, -0.505, 1.0, 0.08]))
+    assert_close(dsgrpo_advantages(adv, rewards, logps, mask, granularity="sequence_sum"), out)
+    # per-token input advantages: the row's one shift on every column (row 0: +0.06, row 1: -0.005, row 3: +0.08)
+    adv_t = T([[1.0, 2.0, 3.0, 4.0]] * 4)
+    out_t = dsgrpo_advantages(adv_t, rewards, logps, mask)
+    assert_close(out_t[0], T([1.06, 2.06, 3.06, 4.06]))
+    assert_close(out_t[1], T([0.995, 1.995, 2.995, 3.995]))
+    assert_close(out_t[3], T([1.08, 2.08, 3.08, 4.08]))
+    # gamma_n = 0 (DS-GRPO-Positive) and gamma_p = 0 (DS-GRPO-Negative) at gamma 0.1
+    assert_close(dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.1, gamma_n=0.0), T([1.1, -0.5, 1.0, 0.8]))
+    assert_close(dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.0, gamma_n=0.1), T([0.5, -0.55, 1.0, 0.0]))
+    # NaN reward keeps A
+    assert_close(dsgrpo_advantages(adv, T([1.0, float("nan"), 1.0, 0.5]), logps, mask), T([0.56, -0.5, 1.0, 0.08]))
 
 
 def test_dsgrpo_rejects_unknown_granularity():
@@ -416,7 +482,9 @@ def test_dsgrpo_uniform_groups_are_shaped():
     out = _seq_mean(torch.zeros(2), torch.zeros(2), logps, mask)
     assert_close(out, T([-0.02, -0.005]))
     # and per token: [-0.01, -0.03], [-0.005, 0 (padding)]
-    assert_close(dsgrpo_advantages(torch.zeros(2), torch.zeros(2), logps, mask), T([[-0.01, -0.03], [-0.005, 0.0]]))
+    assert_close(_token(torch.zeros(2), torch.zeros(2), logps, mask), T([[-0.01, -0.03], [-0.005, 0.0]]))
+    # and per trajectory (the default): 0.01 * [-4, -0.5]
+    assert_close(dsgrpo_advantages(torch.zeros(2), torch.zeros(2), logps, mask), T([-0.04, -0.005]))
 
 
 def test_dsgrpo_shapes_bf16_nan_reward():
@@ -507,6 +575,18 @@ def test_position_bonus_padding_direction_and_params():
     mask = T([[1, 1, 1, 0, 0]])
     out = position_bonus_advantages(T([1.0]), mask, gamma=1.0, direction=-1.0, scale=2.0, center=0.0)
     assert_close(out, T([[1.5, 1.2689414, 1.1192029, 1.0, 1.0]]))
+
+
+def test_position_bonus_literal_report_center_is_flat():
+    """The report prints n = -0.5: sigmoid(15 * (l + 0.5)) over l = [0, .25, .5, .75, 1] is flat near gamma for d = 1
+    and near 0 for d = -1, why the default re-centres to n = 0.5 (bonus rising from ~0 to ~gamma)."""
+    mask = torch.ones(1, 5)
+    lit = position_bonus_advantages(T([1.0]), mask, center=-0.5)
+    assert_close(lit, T([[1.0999447, 1.0999987, 1.1, 1.1, 1.1]]))
+    lit_down = position_bonus_advantages(T([1.0]), mask, direction=-1.0, center=-0.5)
+    assert_close(lit_down, T([[1.0000553, 1.0000013, 1.0, 1.0, 1.0]]), atol=1e-7, rtol=0)
+    # default (re-centred): 0.1 * sigmoid(15 * (l - 0.5)) = [5.53e-5, 0.0022977, 0.05, 0.0977023, 0.0999447]
+    assert_close(position_bonus_advantages(T([1.0]), mask), T([[1.0000553, 1.0022977, 1.05, 1.0977023, 1.0999447]]))
 
 
 def test_position_bonus_advantage_shapes_and_bf16():

@@ -69,8 +69,11 @@ def test_dsgrpo_granularity_through_the_trainer(granularity, expected, ckpt, tmp
     assert "dsgrpo" in trainer._ran_hooks
 
 
-def test_dsgrpo_default_is_token_and_bad_value_is_one_line(ckpt, tmp_path):
-    assert et.DSGRPOConfig(**grpo_kwargs(tmp_path)).ds_logp_granularity == "token"
+def test_dsgrpo_default_is_the_trajectory_form_and_bad_value_is_one_line(ckpt, tmp_path):
+    assert et.DSGRPOConfig(**grpo_kwargs(tmp_path)).ds_logp_granularity == "sequence_sum"
+    # the trainer at its defaults (gamma 0.01): row sums -3, -4, -4, -2 -> 0.02 + 0.03, -0.02 - 0.04, 0 + 0.04, 0.02
+    trainer = make("dsgrpo", ckpt, tmp_path)
+    torch.testing.assert_close(trainer._compute_advantages(batch()), T([0.05, -0.06, 0.04, 0.02]))
     with pytest.raises(ValueError, match="ds_logp_granularity must be one of token, sequence_mean, sequence_sum"):
         et.DSGRPOConfig(**grpo_kwargs(tmp_path, ds_logp_granularity="mean"))
 
@@ -108,6 +111,23 @@ def test_progrpo_skip_groups_and_sign_flips(ckpt, tmp_path):
     out = trainer._compute_advantages(progrpo_batch())
     torch.testing.assert_close(out, T([0.02 + ref - c[0], 0.0, 0.0, 0.0]))  # the wrong row is clamped at <= 0
     assert trainer._metrics["train"]["progrpo/sign_flip_frac"][-1] == pytest.approx(0.25)  # before clamping
+
+
+def test_progrpo_skips_by_correctness_under_the_recipe_threshold(ckpt, tmp_path):
+    """Graded rewards (accuracy + 0.1 format) with the recipes' threshold 0.5: group 1 [0.1, 0] is all wrong and
+    keeps A under both rules; group 2 [1.1, 1.0] is all right: kept by all_equal, shifted by all_wrong (Eq. 4)."""
+    c = [math.exp(-2), math.exp(-3), math.exp(-4), math.exp(-1)]
+    ref = math.exp(-2)
+    graded = batch(rewards=T([0.1, 0.0, 1.1, 1.0]), advantages=T([0.7, -0.7, 0.7, -0.7]))
+    trainer = make("progrpo", ckpt, tmp_path, progrpo_alpha=1.0, correct_reward_threshold=0.5)
+    torch.testing.assert_close(trainer._compute_advantages(graded), T([0.7, -0.7, 0.7, -0.7]))
+    trainer = make("progrpo", ckpt, tmp_path / "eq4", progrpo_alpha=1.0, correct_reward_threshold=0.5,
+                   progrpo_skip_groups="all_wrong")
+    torch.testing.assert_close(trainer._compute_advantages(graded), T([0.7, -0.7, 0.7 + ref - c[2], -0.7 + ref - c[3]]))
+    # threshold 0 counts the format bonus as correct: group 1 looks mixed and is shifted
+    trainer = make("progrpo", ckpt, tmp_path / "zero", progrpo_alpha=1.0)
+    out = trainer._compute_advantages(graded)
+    torch.testing.assert_close(out, T([0.7 + ref - c[0], -0.7 + ref - c[1], 0.7, -0.7]))
 
 
 def test_progrpo_option_errors(tmp_path):
@@ -175,6 +195,27 @@ def test_position_bonus_schedule_defaults_to_the_report(ckpt, tmp_path):
     b = batch(advantages=T([1.0, -1.0, 0.5, 0.0]), global_step=200)
     on = trainer._apply_still_shapers(b.advantages, b)
     assert on.shape == (4, 3) and on[0, 1] > 1.0 and on[1, 2] < -1.0 and on[3].abs().sum() == 0
+
+
+def test_position_bonus_m_n_d_reach_the_shaper(ckpt, tmp_path):
+    """m, n, d of Eq. 8 are config keys; defaults 15, 0.5 (re-centred), 1."""
+    args = et.ExplorationGRPOConfig(**grpo_kwargs(tmp_path, position_bonus_gamma=0.1))
+    assert (args.position_bonus_scale, args.position_bonus_center, args.position_bonus_direction) == (15.0, 0.5, 1.0)
+    # row 1 of the batch has 3 valid tokens, l = [0, 0.5, 1]; A = -1 so A_t = -1 - b_t
+    b = batch(advantages=T([1.0, -1.0, 0.5, 0.0]), global_step=0)
+    # defaults: b = 0.1 * sigmoid(15 * (l - 0.5)) = [5.53e-5, 0.05, 0.0999447]
+    trainer = make("grpo", ckpt, tmp_path, position_bonus_gamma=0.1, position_bonus_start_step=0)
+    torch.testing.assert_close(trainer._apply_still_shapers(b.advantages, b)[1], T([-1.0000553, -1.05, -1.0999447]))
+    # the report's literal n = -0.5: b = 0.1 * sigmoid(15 * (l + 0.5)) = [0.0999447, 0.1, 0.1], flat
+    trainer = make("grpo", ckpt, tmp_path / "lit", position_bonus_gamma=0.1, position_bonus_start_step=0,
+                   position_bonus_center=-0.5)
+    torch.testing.assert_close(trainer._apply_still_shapers(b.advantages, b)[1], T([-1.0999447, -1.1, -1.1]))
+    # d = -1, m = 2, n = 0, gamma 1: b = sigmoid(-2 l) = [0.5, 0.2689414, 0.1192029]
+    trainer = make("grpo", ckpt, tmp_path / "d", position_bonus_gamma=1.0, position_bonus_start_step=0,
+                   position_bonus_direction=-1.0, position_bonus_scale=2.0, position_bonus_center=0.0)
+    torch.testing.assert_close(trainer._apply_still_shapers(b.advantages, b)[1], T([-1.5, -1.2689414, -1.1192029]))
+    with pytest.raises(ValueError, match="position_bonus_direction is 0.5 but must be 1 .* or -1"):
+        et.ExplorationGRPOConfig(**grpo_kwargs(tmp_path, position_bonus_direction=0.5))
 
 
 # ------------------------------------------------------------------------------------------ CaSP

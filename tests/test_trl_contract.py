@@ -85,11 +85,12 @@ def test_old_logps_condition_mirrors_trl(ckpt, tmp_path, steps_per_generation, e
 
 
 def test_logged_advantages_are_the_final_ones(ckpt, tmp_path):
-    trainer = make_trainer(ckpt, tmp_path, method="dsgrpo", ds_gamma_p=0.3, ds_gamma_n=0.3)
+    trainer = make_trainer(ckpt, tmp_path, method="dsgrpo", ds_gamma_p=0.3, ds_gamma_n=0.3,
+                           ds_logp_granularity="token")
     batch = [trainer.train_dataset[i] for i in range(4)]
     out = trainer._generate_and_score_completions(batch)
     logged = torch.tensor(list(trainer._logs["advantages"]))[-4:]
-    # DS-GRPO's default token granularity gives (B, T) advantages; TRL's log holds one value per completion,
+    # DS-GRPO's token granularity gives (B, T) advantages; TRL's log holds one value per completion,
     # so the final advantages are logged as their mean over the completion's tokens.
     mask = out["completion_mask"].float()
     assert out["advantages"].dim() == 2

@@ -5,9 +5,9 @@ completions of a prompt being contiguous rows; ``(B, T)`` completion tensors are
 ``mask`` is 1 on real tokens. All statistics are computed in float32; inputs are never modified.
 
 Shapes of the sequence-level shaping functions (``progrpo_advantages``, ``ppl_shaped_advantages`` and
-``dsgrpo_advantages`` at a sequence granularity): ``advantages`` of shape ``(B,)`` or ``(B, 1)`` give a
-``(B,)`` result; per-token ``(B, T)`` advantages give a ``(B, T)`` result where the per-row change is
-applied to every column of the row. ``dsgrpo_advantages`` at its default ``granularity="token"`` and
+``dsgrpo_advantages`` at a sequence granularity, its default): ``advantages`` of shape ``(B,)`` or ``(B, 1)`` give
+a ``(B,)`` result; per-token ``(B, T)`` advantages give a ``(B, T)`` result where the per-row change is
+applied to every column of the row. ``dsgrpo_advantages`` at ``granularity="token"`` and
 ``position_bonus_advantages`` always return ``(B, T)``.
 """
 
@@ -104,14 +104,16 @@ def confidence(logps: torch.Tensor, mask: torch.Tensor, low_prob_fraction: float
 PROGRPO_SKIP_GROUPS = ("all_equal", "all_wrong")
 
 
-def _uniform_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """Per-row bool: the row's group has all (non-NaN) rewards equal (an all-NaN group counts)."""
+def _uniform_correctness_groups(rewards: torch.Tensor, num_generations: int, correct_threshold: float) -> torch.Tensor:
+    """Per-row bool: the row's group is all correct or all wrong (``reward > correct_threshold``), NaN rewards ignored
+    (an all-NaN group counts). Correctness, not equal rewards: a graded reward (accuracy + 0.1 format) varies inside
+    an all-wrong group."""
     n_groups = check_groups(rewards.shape[0], num_generations)
     g = rewards.view(n_groups, num_generations)
-    nan = torch.isnan(g)
-    hi = torch.where(nan, torch.full_like(g, -float("inf")), g).amax(dim=1)
-    lo = torch.where(nan, torch.full_like(g, float("inf")), g).amin(dim=1)
-    uniform = (hi == lo) | nan.all(dim=1)
+    scored = ~torch.isnan(g)
+    correct = (g > correct_threshold) & scored
+    n_correct, n_scored = correct.sum(dim=1), scored.sum(dim=1)
+    uniform = (n_correct == 0) | (n_correct == n_scored)
     return uniform.repeat_interleave(num_generations)
 
 
@@ -145,8 +147,11 @@ def progrpo_advantages(
     ``baseline="prompt"`` uses ``c_ref = confidence(prompt)``, the model's confidence on its own
     prompt; ``baseline="group_mean"`` uses the group mean of ``c_o`` (Eq. 10, NaNs skipped).
     Which groups keep ``A`` is ``skip_groups``: ``"all_equal"`` (default, Algorithm 1 line 14: all-wrong and
-    all-right groups) or ``"all_wrong"`` (Eq. 4 as printed: only groups with no reward above
-    ``correct_threshold``; an all-right group, whose GRPO advantage is 0, then gets ``alpha * (c_ref - c_o)``).
+    all-right groups) or ``"all_wrong"`` (Eq. 4 as printed: only all-wrong groups; an all-right group then gets
+    ``alpha * (c_ref - c_o)`` added to its GRPO advantage). Both judge a group by correctness, ``reward >
+    correct_threshold`` (``rewards.is_correct``), not by equal total rewards: under a graded reward (accuracy + a
+    0.1 format bonus, threshold 0.5) an all-wrong group with rewards ``[0.1, 0, 0.1, 0]`` has nonzero GRPO advantages,
+    and the paper leaves it untouched all the same.
     Rows whose ``c_o`` or ``c_ref`` is NaN and rows whose reward is NaN (unscorable; TRL gives them no learning
     signal) keep ``A`` too.
 
@@ -172,7 +177,7 @@ def progrpo_advantages(
     else:
         raise ValueError(f"baseline must be 'prompt' or 'group_mean', got {baseline!r}")
     skipped = (
-        _uniform_groups(r, num_generations) if skip_groups == "all_equal"
+        _uniform_correctness_groups(r, num_generations, correct_threshold) if skip_groups == "all_equal"
         else _all_wrong_groups(r, num_generations, correct_threshold)
     )
     keep = skipped | torch.isnan(c_o) | torch.isnan(c_ref) | torch.isnan(r)
@@ -196,7 +201,7 @@ def dsgrpo_advantages(
     gamma_p: float = 0.01,
     gamma_n: float = 0.01,
     correct_threshold: float = 0.0,
-    granularity: str = "token",
+    granularity: str = "sequence_sum",
 ) -> torch.Tensor:
     """DS-GRPO differential smoothing (Sec. 3.5 / 4.2, rollout-policy form of App. B.3).
 
@@ -205,16 +210,16 @@ def dsgrpo_advantages(
     diversity collapse) and incorrect ones ``A + gamma_n * L`` (an entropy penalty that sharpens away from
     errors), in every group, all-right and all-wrong ones included. Rows with a NaN reward keep ``A``.
 
-    The paper states the change per trajectory ("a term proportional to their log-probability") without
-    saying how ``L`` is normalised, and no code of its authors is public, so ``granularity`` makes it explicit:
+    The paper states the change per trajectory ("a term proportional to their log-probability"), and App. B.3's
+    entropy equivalence is at trajectory level; no code of its authors is public. ``granularity`` picks ``L``:
 
-    * ``"token"`` (default): ``L = logps[:, t]``, the result is per-token ``(B, T)`` with 0 on padding. This is
-      the per-token REINFORCE estimate of an entropy bonus (App. B.3: the modification is equivalent to an
-      entropy regulariser), and the reading under which the published ``gamma = 0.01`` has the scale of an
-      ordinary entropy coefficient.
+    * ``"sequence_sum"`` (default, the literal form): ``L = sum(logps * mask) = log pi_old(y|x)``, one value per
+      row, the same shift for every token of the trajectory.
+    * ``"token"``: ``L = logps[:, t]``, a per-token ``(B, T)`` result with 0 on padding. A per-state entropy bonus:
+      it drops the cross-token terms of the trajectory form, so its expected gradient differs from the paper's
+      (an approximation, not an estimate of it); at ``gamma = 0.01`` its scale is an ordinary entropy coefficient's.
     * ``"sequence_mean"``: ``L = sum(logps * mask) / max(n_valid, 1)``, one value per row (0.1.x behaviour;
       with ``gamma = 0.01`` it moves advantages by ~0.003 on a long response).
-    * ``"sequence_sum"``: ``L = sum(logps * mask)``, the trajectory log-probability of the paper's theory.
 
     Sequence granularities return float32 ``(B,)`` for ``(B,)``/``(B, 1)`` advantages and ``(B, T)`` for
     ``(B, T)`` ones (the row's change applied to every column).
@@ -282,11 +287,17 @@ def position_bonus_advantages(
 ) -> torch.Tensor:
     """Per-token position bonus ``A~_t = A + sign(A) * gamma * sigmoid(direction*scale*(l_t - center))``.
 
-    STILL report Eq. 8 and 12: ``l_t = t / (n_valid - 1)`` is the relative position of a valid token
-    (1.0 for a one-token completion), so with ``direction=1`` tokens late in the answer, where the
-    conclusion is drawn, get up to ``gamma`` extra magnitude while early tokens get ~0
-    (``direction=-1`` reverses it). The bonus keeps the sign of ``A``; ``A == 0`` stays 0. Padding
-    keeps ``A``. ``t`` counts valid tokens (the column index for right-padded rows).
+    STILL report Eq. 8 and 12, ``b_t = gamma * sigmoid(d * m * (l_t - n))`` with ``d = direction``, ``m = scale``,
+    ``n = center``: ``l_t = t / (n_valid - 1)`` is the relative position of a valid token (1.0 for a one-token
+    completion), so with ``direction=1`` tokens late in the answer, where the conclusion is drawn, get up to
+    ``gamma`` extra magnitude while early tokens get ~0 (``direction=-1`` reverses it). The bonus keeps the sign of
+    ``A``; ``A == 0`` stays 0. Padding keeps ``A``. ``t`` counts valid tokens (the column index for right-padded rows).
+
+    Re-centred: the report prints ``n = -0.5``. Read literally, ``sigmoid(15 * (l + 0.5))`` is >= sigmoid(7.5) =
+    0.9994 for every ``l`` in [0, 1], a flat ~gamma bonus for ``d = 1`` and ~0 (<= 5.5e-4 * gamma) for ``d = -1``,
+    which contradicts the report's own text (a bonus that rises, or falls, along the response). The default
+    ``center=0.5`` puts the sigmoid's midpoint at the middle of the response, the reading that text describes;
+    ``center=-0.5`` gives the literal form.
 
     Returns float32 ``(B, T)``.
     """

@@ -23,7 +23,8 @@ METHOD_PREFIXES: dict[str, tuple[str, ...]] = {
     "kl_cov": ("kl_cov_",),
     "clip_cov": ("clip_cov_",),
 }
-STILL_KEYS = ("ppl_shaping_alpha", "position_bonus_gamma", "position_bonus_start_step", "position_bonus_num_steps")
+STILL_KEYS = ("ppl_shaping_alpha", "position_bonus_gamma", "position_bonus_scale", "position_bonus_center",
+              "position_bonus_direction", "position_bonus_start_step", "position_bonus_num_steps")
 #: The GRPO / optimisation settings worth showing on a card (when present in the config).
 GRPO_KEYS = (
     "learning_rate", "lr_scheduler_type", "warmup_ratio", "warmup_steps", "max_steps", "num_train_epochs",

@@ -28,7 +28,11 @@ from ..errors import HookDidNotRunError
 from ..rewards._base import is_correct
 from .capture import CaptureMixin, _Capture
 from .config import ExplorationGRPOConfig, check_non_negative, has_accelerator
+from .dynamic_sampling import DynamicSamplingMixin
+from .divergence import DivergenceMixin
+from .heldout_eval import HeldoutEvalMixin
 from .metrics_logging import ExplorationMetricsMixin
+from .resume import ResumeMixin
 from .rollout import RolloutBatch, RolloutMixin
 
 __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_non_negative", "has_accelerator"]
@@ -40,7 +44,8 @@ __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "c
 _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
-class ExplorationGRPOTrainer(RolloutMixin, CaptureMixin, ExplorationMetricsMixin, GRPOTrainer):
+class ExplorationGRPOTrainer(ResumeMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin, ExplorationMetricsMixin, HeldoutEvalMixin,
+                             DivergenceMixin, GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
@@ -105,7 +110,9 @@ class ExplorationGRPOTrainer(RolloutMixin, CaptureMixin, ExplorationMetricsMixin
                 advantages = advantages[:, : batch.completion_mask.size(1)]
         if args.position_bonus_gamma != 0.0 and self._position_bonus_active(batch.global_step):
             advantages = core_adv.position_bonus_advantages(
-                advantages, batch.completion_mask, gamma=args.position_bonus_gamma
+                advantages, batch.completion_mask, gamma=args.position_bonus_gamma,
+                direction=args.position_bonus_direction, scale=args.position_bonus_scale,
+                center=args.position_bonus_center,
             )
         return advantages
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -16,7 +17,8 @@ class ExplorationGRPOConfig(GRPOConfig):
 
     With the defaults below (shapers off) training is exactly TRL's GRPO. Paper values: STILL report
     (Sec. 3, Eq. 11/12) uses `ppl_shaping_alpha=0.01` and `position_bonus_gamma=0.1`, the position bonus switched
-    on at step 200 for 100 steps (the defaults of `position_bonus_start_step` / `position_bonus_num_steps`).
+    on at step 200 for 100 steps (the defaults of `position_bonus_start_step` / `position_bonus_num_steps`) with
+    m = 15, d = 1 and the midpoint n re-centred to 0.5 (`position_bonus_center`; see `position_bonus_advantages`).
     """
 
     ppl_shaping_alpha: float = field(
@@ -26,6 +28,20 @@ class ExplorationGRPOConfig(GRPOConfig):
     position_bonus_gamma: float = field(
         default=0.0,
         metadata={"help": "STILL position bonus: A_t + sign(A) * gamma * sigmoid(...) (Eq. 12). 0 disables; paper: 0.1."},
+    )
+    position_bonus_scale: float = field(
+        default=15.0,
+        metadata={"help": "STILL position bonus steepness m in gamma * sigmoid(d * m * (l - n)) (Eq. 8; report: 15)."},
+    )
+    position_bonus_center: float = field(
+        default=0.5,
+        metadata={"help": "STILL position bonus midpoint n, a relative position in [0, 1] (Eq. 8). Default 0.5, "
+                  "re-centred: the report prints n = -0.5, which read literally gives a flat ~gamma bonus for d = 1 "
+                  "and ~0 for d = -1, against its own text; -0.5 gives that literal form."},
+    )
+    position_bonus_direction: float = field(
+        default=1.0,
+        metadata={"help": "STILL position bonus direction d (Eq. 8): 1 rewards late tokens more, -1 early ones."},
     )
     position_bonus_start_step: int = field(
         default=200,
@@ -57,6 +73,35 @@ class ExplorationGRPOConfig(GRPOConfig):
     )
     exploration_metrics_top_p: float = field(
         default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
+    )
+    eval_benchmark: str | None = field(
+        default=None,
+        metadata={"help": "Held-out pass@k while training (`trainers/heldout_eval.py`): a built-in benchmark name "
+                  "(`exploration-trl eval --list`) or a local .jsonl/.json/.parquet file with question/answer columns. "
+                  "Evaluated on HF's schedule (eval_strategy: steps, eval_steps, eval_on_start); logs eval_pass@k "
+                  "with a 95% interval, eval_distinct_correct and eval_token_entropy. null: off."},
+    )
+    eval_n: int = field(default=64, metadata={"help": "Completions sampled per held-out problem."})
+    eval_ks: list[int] | None = field(
+        default=None, metadata={"help": "k values of the held-out pass@k (each <= eval_n; default 1, 2, 4, ..., eval_n)."})
+    eval_num_problems: int | None = field(
+        default=None, metadata={"help": "Evaluate the first N held-out problems only (null: all)."})
+    eval_temperature: float | None = field(
+        default=None, metadata={"help": "Held-out sampling temperature (null: the training temperature)."})
+    eval_top_p: float = field(default=1.0, metadata={"help": "Held-out sampling top-p."})
+    eval_max_tokens: int | None = field(
+        default=None, metadata={"help": "Held-out completion budget in tokens (null: max_completion_length)."})
+    eval_generation_batch_size: int = field(
+        default=256, metadata={"help": "Sequences per `generate` call of the held-out evaluation."})
+    divergence_window: int = field(
+        default=20,
+        metadata={"help": "Logged steps the divergence check (`trainers/divergence.py`) averages over; 0 switches "
+                  "the check off."},
+    )
+    divergence_entropy_factor: float = field(
+        default=3.0,
+        metadata={"help": "Entropy divergence: the last window's mean token entropy above this many times the first "
+                  "window's, and above the window before it."},
     )
     debug_rollout_dir: str | None = field(
         default=None,
@@ -94,8 +139,19 @@ class ExplorationGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.position_bonus_num_steps is not None and self.position_bonus_num_steps < 0:
             raise ValueError(f"position_bonus_num_steps must be >= 0 or None, got {self.position_bonus_num_steps}")
+        if self.position_bonus_direction not in (1.0, -1.0):
+            raise ValueError(f"position_bonus_direction is {self.position_bonus_direction} but must be 1 (bonus rising "
+                             "towards the end of the response) or -1 (falling): it is d in STILL's Eq. 8")
+        if not (math.isfinite(self.position_bonus_scale) and math.isfinite(self.position_bonus_center)):
+            raise ValueError(f"position_bonus_scale and position_bonus_center must be finite; got "
+                             f"{self.position_bonus_scale} and {self.position_bonus_center} (report: 15 and 0.5)")
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+        from .heldout_eval import check_heldout_config
+        from .divergence import check_divergence_config
+
+        check_heldout_config(self)
+        check_divergence_config(self)
 
 
 def has_accelerator() -> bool:

@@ -15,17 +15,19 @@ from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, c
 @dataclass
 class DSGRPOConfig(ExplorationGRPOConfig):
     """DS-GRPO: an entropy bonus on correct completions (`A - gamma_p * L`) and a penalty on wrong ones
-    (`A + gamma_n * L`), `L` the rollout policy's log-probability at `ds_logp_granularity`. Authors' scripts:
-    gamma_p = gamma_n = 0.01, `epsilon_high=0.25`. `ds_gamma_n=0` is DS-GRPO-Positive, `ds_gamma_p=0`
+    (`A + gamma_n * L`), `L` the rollout policy's log-probability at `ds_logp_granularity` (default: the trajectory's,
+    log pi_old(y|x), as the paper states it). The paper's Qwen2.5-Math tables: gamma_p = gamma_n = 0.01,
+    `epsilon_high=0.25` (no code of the authors is public). `ds_gamma_n=0` is DS-GRPO-Positive, `ds_gamma_p=0`
     DS-GRPO-Negative (Sec. 4.6)."""
 
     ds_gamma_p: float = field(default=0.01, metadata={"help": "Entropy-bonus weight on correct completions."})
     ds_gamma_n: float = field(default=0.01, metadata={"help": "Entropy-penalty weight on wrong completions."})
     ds_logp_granularity: str = field(
-        default="token",
-        metadata={"help": "Which log-probability L the smoothing uses: 'token' (per-token log pi_old(o_t), the "
-                  "REINFORCE form of an entropy bonus, where gamma=0.01 has an entropy coefficient's scale), "
-                  "'sequence_mean' (length-averaged, 0.1.x behaviour) or 'sequence_sum' (trajectory log-prob)."},
+        default="sequence_sum",
+        metadata={"help": "Which log-probability L the smoothing uses: 'sequence_sum' (default: the trajectory "
+                  "log-prob log pi_old(y|x), the paper's form, one shift for every token of a completion), 'token' "
+                  "(each token's own log pi_old(o_t): a per-state entropy bonus that drops the cross-token terms, an "
+                  "approximation with a different gradient) or 'sequence_mean' (length-averaged, 0.1.x behaviour)."},
     )
     epsilon_high: float | None = field(default=0.25, metadata={"help": "Upper clip: ratio <= 1 + epsilon_high."})
 
