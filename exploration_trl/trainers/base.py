@@ -28,11 +28,7 @@ from ..errors import HookDidNotRunError
 from ..rewards._base import is_correct
 from .capture import CaptureMixin, _Capture
 from .config import ExplorationGRPOConfig, check_non_negative, has_accelerator
-from .dynamic_sampling import DynamicSamplingMixin
-from .divergence import DivergenceMixin
-from .heldout_eval import HeldoutEvalMixin
 from .metrics_logging import ExplorationMetricsMixin
-from .resume import ResumeMixin
 from .rollout import RolloutBatch, RolloutMixin
 
 __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_non_negative", "has_accelerator"]
@@ -44,8 +40,7 @@ __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "c
 _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
-class ExplorationGRPOTrainer(ResumeMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin, ExplorationMetricsMixin, HeldoutEvalMixin,
-                             DivergenceMixin, GRPOTrainer):
+class ExplorationGRPOTrainer(RolloutMixin, CaptureMixin, ExplorationMetricsMixin, GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]

@@ -74,35 +74,6 @@ class ExplorationGRPOConfig(GRPOConfig):
     exploration_metrics_top_p: float = field(
         default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
     )
-    eval_benchmark: str | None = field(
-        default=None,
-        metadata={"help": "Held-out pass@k while training (`trainers/heldout_eval.py`): a built-in benchmark name "
-                  "(`exploration-trl eval --list`) or a local .jsonl/.json/.parquet file with question/answer columns. "
-                  "Evaluated on HF's schedule (eval_strategy: steps, eval_steps, eval_on_start); logs eval_pass@k "
-                  "with a 95% interval, eval_distinct_correct and eval_token_entropy. null: off."},
-    )
-    eval_n: int = field(default=64, metadata={"help": "Completions sampled per held-out problem."})
-    eval_ks: list[int] | None = field(
-        default=None, metadata={"help": "k values of the held-out pass@k (each <= eval_n; default 1, 2, 4, ..., eval_n)."})
-    eval_num_problems: int | None = field(
-        default=None, metadata={"help": "Evaluate the first N held-out problems only (null: all)."})
-    eval_temperature: float | None = field(
-        default=None, metadata={"help": "Held-out sampling temperature (null: the training temperature)."})
-    eval_top_p: float = field(default=1.0, metadata={"help": "Held-out sampling top-p."})
-    eval_max_tokens: int | None = field(
-        default=None, metadata={"help": "Held-out completion budget in tokens (null: max_completion_length)."})
-    eval_generation_batch_size: int = field(
-        default=256, metadata={"help": "Sequences per `generate` call of the held-out evaluation."})
-    divergence_window: int = field(
-        default=20,
-        metadata={"help": "Logged steps the divergence check (`trainers/divergence.py`) averages over; 0 switches "
-                  "the check off."},
-    )
-    divergence_entropy_factor: float = field(
-        default=3.0,
-        metadata={"help": "Entropy divergence: the last window's mean token entropy above this many times the first "
-                  "window's, and above the window before it."},
-    )
     debug_rollout_dir: str | None = field(
         default=None,
         metadata={"help": "Debugging: save each generation batch's rewards and advantages per process as .pt files."},
@@ -147,11 +118,6 @@ class ExplorationGRPOConfig(GRPOConfig):
                              f"{self.position_bonus_scale} and {self.position_bonus_center} (report: 15 and 0.5)")
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
-        from .heldout_eval import check_heldout_config
-        from .divergence import check_divergence_config
-
-        check_heldout_config(self)
-        check_divergence_config(self)
 
 
 def has_accelerator() -> bool:
