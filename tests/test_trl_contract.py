@@ -112,3 +112,50 @@ def test_trl_generation_hooks_exist():
     assert 'self._logs["advantages"].extend(all_process_advantages.tolist())' in src
     fused = inspect.getsource(inspect.getmodule(GRPOTrainer).add_fused_lm_head)
     assert "backbone_outputs.last_hidden_state[:, :-1]" in fused
+
+
+def test_trl_generation_calls_for_dynamic_sampling_replay(ckpt, tmp_path):
+    """`trainers/dynamic_sampling.py` replays a selected batch through TRL's `_generate_and_score_completions` by
+    overriding `_generate` and `_calculate_rewards`: TRL must call each exactly once, `_generate` with the rows'
+    prompts and returning an 8-tuple, and `_calculate_rewards` with `_generate`'s completions and completion ids."""
+    trainer = make_trainer(ckpt, tmp_path)
+    trainer.model.train()
+    calls = []
+    generate, calculate = trainer._generate, trainer._calculate_rewards
+
+    def spy_generate(prompts):
+        out = generate(prompts)
+        calls.append(("generate", list(prompts), out))
+        return out
+
+    def spy_rewards(inputs, prompts, completions, completion_ids_list):
+        calls.append(("rewards", list(prompts), completions, completion_ids_list))
+        return calculate(inputs, prompts, completions, completion_ids_list)
+
+    trainer._generate, trainer._calculate_rewards = spy_generate, spy_rewards
+    rows = [trainer.train_dataset[i // 4] for i in range(8)]  # 2 prompts x num_generations 4
+    trainer._generate_and_score_completions(rows)
+    assert [c[0] for c in calls] == ["generate", "rewards"]
+    (_, prompts, out), (_, reward_prompts, completions, completion_ids) = calls
+    assert prompts == reward_prompts == [r["prompt"] for r in rows]
+    assert len(out) == 8 and completions is out[3] and completion_ids is out[1]
+
+
+def test_trl_train_sampler_layout_for_dynamic_sampling_refills(ckpt, tmp_path):
+    """Dynamic sampling draws refill prompts from a second dataloader with TRL's `RepeatSampler` layout: TRL's
+    train sampler must be a RepeatSampler of `generation_batch_size / num_generations` prompts, each repeated
+    `num_generations` times in a row, and its dataloader must yield `per_device_train_batch_size x
+    steps_per_generation` rows per process."""
+    from trl.trainer.utils import RepeatSampler
+
+    trainer = make_trainer(ckpt, tmp_path, steps_per_generation=2, dynamic_sampling=True)
+    sampler = trainer._get_train_sampler()
+    assert isinstance(sampler, RepeatSampler)
+    assert (sampler.mini_repeat_count, sampler.batch_size) == (4, trainer.args.generation_batch_size // 4)
+    assert sampler.repeat_count == trainer.args.steps_per_generation * trainer.num_iterations
+    refill = trainer._refill_sampler(trainer.train_dataset)
+    assert (refill.mini_repeat_count, refill.batch_size, refill.repeat_count) == (4, sampler.batch_size, 1)
+    assert refill.seed == sampler.seed + 1
+    assert len(next(iter(trainer.get_train_dataloader()))) == 8 == len(trainer._refill_batch())
+    batch = trainer._refill_batch()
+    assert all(batch[i]["prompt"] == batch[i - i % 4]["prompt"] for i in range(8))  # groups of 4 contiguous rows

@@ -28,6 +28,7 @@ from ..errors import HookDidNotRunError
 from ..rewards._base import is_correct
 from .capture import CaptureMixin, _Capture
 from .config import ExplorationGRPOConfig, check_non_negative, has_accelerator
+from .dynamic_sampling import DynamicSamplingMixin
 from .metrics_logging import ExplorationMetricsMixin
 from .rollout import RolloutBatch, RolloutMixin
 
@@ -40,7 +41,8 @@ __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "c
 _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
-class ExplorationGRPOTrainer(RolloutMixin, CaptureMixin, ExplorationMetricsMixin, GRPOTrainer):
+class ExplorationGRPOTrainer(RolloutMixin, DynamicSamplingMixin, CaptureMixin, ExplorationMetricsMixin,
+                             GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
+from ..core.dynamic_sampling import DYNAMIC_SAMPLING_METRICS
 from ..rewards._base import DEFAULT_CORRECT_THRESHOLD
 
 
@@ -74,6 +75,29 @@ class ExplorationGRPOConfig(GRPOConfig):
     exploration_metrics_top_p: float = field(
         default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "DAPO's dynamic sampling (Sec. 3.2, Eq. 11; verl's filter_groups): drop groups whose "
+                  "rewards do not vary and generate more prompts until the generation batch is full. Costs extra "
+                  "generation rounds (logged as dynamic_sampling/rounds). Not in TRL."},
+    )
+    dynamic_sampling_metric: str = field(
+        default="correct",
+        metadata={"help": "What must vary within a group for it to be kept: 'correct' (DAPO Eq. 11, verl's "
+                  "metric: acc: some but not all completions correct, by correct_reward_threshold) or 'reward' "
+                  "(verl's metric: score: the total rewards are not all equal)."},
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10,
+        metadata={"help": "Most extra generation rounds per generation batch (verl's DAPO recipe: "
+                  "max_num_gen_batches 10). When they do not find enough varying groups, see "
+                  "dynamic_sampling_on_exhausted."},
+    )
+    dynamic_sampling_on_exhausted: str = field(
+        default="fill",
+        metadata={"help": "When max rounds leave the batch short: 'fill' it with the earliest dropped groups (no "
+                  "GRPO advantage; warned once, logged as dynamic_sampling/filled_groups) or 'error' (stop, as verl)."},
+    )
     debug_rollout_dir: str | None = field(
         default=None,
         metadata={"help": "Debugging: save each generation batch's rewards and advantages per process as .pt files."},
@@ -116,6 +140,7 @@ class ExplorationGRPOConfig(GRPOConfig):
         if not (math.isfinite(self.position_bonus_scale) and math.isfinite(self.position_bonus_center)):
             raise ValueError(f"position_bonus_scale and position_bonus_center must be finite; got "
                              f"{self.position_bonus_scale} and {self.position_bonus_center} (report: 15 and 0.5)")
+        check_dynamic_sampling(self)
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
 
@@ -132,3 +157,19 @@ def check_non_negative(config, meanings: dict[str, str]):
         value = getattr(config, name, None)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             raise ValueError(f"{name} is {value} but must be >= 0: it is {meaning}")
+
+DYNAMIC_SAMPLING_ON_EXHAUSTED = ("fill", "error")
+
+
+def check_dynamic_sampling(config):
+    """One-line errors for the dynamic-sampling keys (see `trainers/dynamic_sampling.py`)."""
+    if config.dynamic_sampling_metric not in DYNAMIC_SAMPLING_METRICS:
+        raise ValueError(f"dynamic_sampling_metric must be one of {', '.join(DYNAMIC_SAMPLING_METRICS)}; "
+                         f"got {config.dynamic_sampling_metric!r}")
+    if config.dynamic_sampling_on_exhausted not in DYNAMIC_SAMPLING_ON_EXHAUSTED:
+        raise ValueError(f"dynamic_sampling_on_exhausted must be one of {', '.join(DYNAMIC_SAMPLING_ON_EXHAUSTED)}; "
+                         f"got {config.dynamic_sampling_on_exhausted!r}")
+    rounds = config.dynamic_sampling_max_rounds
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise ValueError(f"dynamic_sampling_max_rounds is {rounds!r} but must be an integer >= 0: the most extra "
+                         "generation rounds per batch (verl's DAPO recipe: 10)")
