@@ -30,14 +30,33 @@ SIZES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2
 PAPER_VALUES = {
     "grpo": {},
     "progrpo": {"progrpo_alpha": 0.3, "epsilon": 0.2, "epsilon_high": 0.28},  # clip [0.8, 1.28]
-    "dsgrpo": {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01, "epsilon_high": 0.25, "ds_logp_granularity": "token"},
+    "dsgrpo": {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01, "epsilon_high": 0.25, "ds_logp_granularity": "sequence_sum",
+               "temperature": 0.7},  # every math table rolls out at 0.7
     "casp": {"casp_top_n": 3, "casp_alpha": 0.01, "casp_top1_penalty": 1.1, "casp_entropy_quantile": 0.8},
     "kl_cov": {"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0, "epsilon": math.inf, "epsilon_high": math.inf},
     "clip_cov": {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "epsilon": 1.0, "epsilon_high": 1.0},
+    "passk": {"passk_k": 4},
+    "pkpo": {"pkpo_k": 4, "pkpo_estimator": "sloo_minus_one", "pkpo_k_final": 1, "pkpo_k_schedule": "step"},
+    "unlikely": {"unlikely_beta": 0.25, "unlikely_logp": "mean", "unlikely_rank_among": "group"},
 }
-#: Typical GRPO settings every method recipe shares.
+#: The pass@k-objective methods ship a 0.5B recipe only (their papers train other models; no 7B set-up to copy).
+SMALL_ONLY_METHODS = ("passk", "pkpo", "unlikely")
+#: Typical GRPO settings every method recipe shares unless its paper's set-up says otherwise (SETUP_VALUES).
 COMMON_VALUES = {"learning_rate": 1e-6, "num_generations": 8, "temperature": 1.0, "bf16": True, "use_vllm": True,
                  "beta": 0.0}
+#: The papers' training set-ups (README "Defaults, recipes and papers"): optimizer updates per rollout
+#: (steps_per_generation / gradient_accumulation_steps), learning rate, dynamic sampling, base model of the 7B recipe.
+SETUP_VALUES = {
+    "grpo": {"updates": 1},
+    "progrpo": {"updates": 16},  # Table 1: 512 prompts per rollout, mini-batch 32
+    "dsgrpo": {"updates": 1},
+    "casp": {"updates": 4, "model_7b": "Qwen/Qwen2.5-Math-7B"},  # App. E
+    "kl_cov": {"updates": 8, "learning_rate": 5e-7, "dynamic_sampling": True},  # the official 7B script
+    "clip_cov": {"updates": 8},
+    "passk": {"updates": 1},
+    "pkpo": {"updates": 1},
+    "unlikely": {"updates": 1},
+}
 
 ACCEL_EXPECTED = {
     "single_gpu.yaml": ("NO", None),
@@ -80,7 +99,7 @@ def parse(monkeypatch):
 TASK_RECIPES = {
     "casp_qwen2.5-7b_logic.yaml": {"casp_warmup_steps": 50, "casp_alpha": 0.005, "casp_top1_penalty": 1.05,
                                    "epsilon_high": 0.28, "num_generations": 16, "casp_top_n": 3,
-                                   "casp_entropy_quantile": 0.8, "temperature": 1.0},
+                                   "casp_entropy_quantile": 0.8, "temperature": 1.0, "dynamic_sampling": True},
     "casp_qwen2.5-7b_code.yaml": {"casp_warmup_steps": 0, "casp_alpha": 0.05, "casp_top1_penalty": 1.1,
                                   "temperature": 0.6, "num_generations": 8, "casp_top_n": 3,
                                   "casp_entropy_quantile": 0.8},
@@ -89,6 +108,7 @@ TASK_RECIPES = {
 
 def test_every_method_and_size_has_a_recipe():
     expected = {f"{m}_{s}.yaml" for m in METHODS for s in SIZES} | set(TASK_RECIPES)
+    expected |= {f"{m}_qwen2.5-0.5b.yaml" for m in SMALL_ONLY_METHODS}
     assert {p.name for p in method_yamls()} == expected
 
 
@@ -98,6 +118,7 @@ def test_casp_task_recipes(parse, name):
     assert script_args.method == "casp" and model_args.model_name_or_path == SIZES["qwen2.5-7b"]
     for key, value in TASK_RECIPES[name].items():
         assert getattr(args, key) == value, f"{name}: {key}={getattr(args, key)!r}, expected {value!r}"
+    assert args.steps_per_generation == 4 * args.gradient_accumulation_steps  # App. E: 4 updates per rollout
     assert args.beta == 0.0 and args.use_vllm and args.bf16
 
 
@@ -124,11 +145,16 @@ def test_method_recipe_values(parse, path):
     method, size = path.stem.split("_qwen")
     size = "qwen" + size
     script_args, args, model_args = parse(path)
+    setup = SETUP_VALUES[method]
     assert script_args.method == method
-    assert model_args.model_name_or_path == SIZES[size]
+    assert model_args.model_name_or_path == setup.get(f"model_{size[len('qwen2.5-'):]}", SIZES[size])
     assert model_args.dtype == "bfloat16"
-    for key, value in {**COMMON_VALUES, **PAPER_VALUES[method]}.items():
+    expected = {**COMMON_VALUES, **PAPER_VALUES[method],
+                **{k: v for k, v in setup.items() if k in ("learning_rate", "dynamic_sampling")}}
+    for key, value in expected.items():
         assert getattr(args, key) == value, f"{path.name}: {key}={getattr(args, key)!r}, expected {value!r}"
+    assert args.steps_per_generation == setup["updates"] * args.gradient_accumulation_steps, path.name
+    assert getattr(args, "dynamic_sampling", False) == setup.get("dynamic_sampling", False), path.name
     assert args.max_completion_length >= 1024
     # GSM8K / MATH from the Hub, scored by math accuracy plus format.
     assert script_args.dataset_name in ("openai/gsm8k", "DigitalLearningGmbH/MATH-lighteval")
@@ -138,9 +164,6 @@ def test_method_recipe_values(parse, path):
     assert args.reward_weights[1] < args.correct_reward_threshold < args.reward_weights[0]
     assert args.vllm_importance_sampling_correction is True
     assert args.vllm_mode == ("colocate" if size == "qwen2.5-0.5b" else "server")
-    if method in ("kl_cov", "clip_cov"):
-        # The covariance methods split each rollout into several optimizer steps (their configs' default).
-        assert args.steps_per_generation == 8 * args.gradient_accumulation_steps
 
 
 def test_vllm_configs_cover_both_modes(parse):
@@ -234,7 +257,8 @@ def test_launcher_server_flags_match_trl_vllm_serve():
     server, health, train = _dry_run(config, VLLM_PORT="8123", VLLM_GPU_MEMORY_UTILIZATION="0.85")
     assert server[:3] == ["env", "CUDA_VISIBLE_DEVICES=7", "VLLM_SERVER_DEV_MODE=1"]
     ours = server[server.index("serve"):]
-    trl_cmd = build_command(ScriptArguments(model="Qwen/Qwen2.5-7B", port=8123, gpu_memory_utilization=0.85,
+    model = yaml.safe_load(config.read_text())["model_name_or_path"]  # Qwen/Qwen2.5-Math-7B (CaSP App. E)
+    trl_cmd = build_command(ScriptArguments(model=model, port=8123, gpu_memory_utilization=0.85,
                                             max_model_len=3072 + 1024))
     theirs = trl_cmd[trl_cmd.index("serve"):]
     assert _flags(ours) == _flags(theirs)
