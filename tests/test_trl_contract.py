@@ -114,6 +114,34 @@ def test_trl_generation_hooks_exist():
     assert "backbone_outputs.last_hidden_state[:, :-1]" in fused
 
 
+def test_trl_rollout_buffer_and_step(ckpt, tmp_path):
+    """exploration_trl/trainers/resume.py saves and restores `_step` and `_buffered_inputs`: TRL's `_prepare_inputs`
+    must read exactly these, generating only when `_step % generate_every == 0` or the buffer is empty."""
+    trainer = make_trainer(ckpt, tmp_path, steps_per_generation=2, num_iterations=2)
+    assert trainer._step == 0 and trainer._buffered_inputs is None
+    trainer.model.train()
+    slices = [{"slice": 0}, {"slice": 1}]
+    trainer._buffered_inputs, trainer._step = slices, 3  # inside the rollout (generate_every 4): served from memory
+    assert trainer._prepare_inputs(None) is slices[1]
+    trainer._step = 4  # a rollout boundary: TRL generates a new batch, split into steps_per_generation slices
+    out = trainer._prepare_inputs([trainer.train_dataset[i] for i in range(8)])
+    assert trainer._buffered_inputs is not slices and len(trainer._buffered_inputs) == 2
+    assert out is trainer._buffered_inputs[0]
+    assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)
+
+
+def test_trainer_checkpoint_hooks_for_resume_state():
+    """`_save_rng_state` runs (every process) before `trainer_state.json` marks the checkpoint complete, and the
+    training loop calls `_load_rng_state(resume_from_checkpoint)` before the first step of a resumed run."""
+    from transformers import Trainer
+
+    save = inspect.getsource(Trainer._save_checkpoint)
+    assert "self._save_rng_state(output_dir)" in save
+    assert save.index("self._save_rng_state(output_dir)") < save.index("TRAINER_STATE_NAME")
+    loop = inspect.getsource(inspect.getmodule(Trainer))
+    assert loop.count("self._load_rng_state(resume_from_checkpoint)") >= 2  # both resume branches of the epoch loop
+
+
 def test_trl_generation_calls_for_dynamic_sampling_replay(ckpt, tmp_path):
     """`trainers/dynamic_sampling.py` replays a selected batch through TRL's `_generate_and_score_completions` by
     overriding `_generate` and `_calculate_rewards`: TRL must call each exactly once, `_generate` with the rows'

@@ -30,6 +30,7 @@ from .capture import CaptureMixin, _Capture
 from .config import ExplorationGRPOConfig, check_non_negative, has_accelerator
 from .dynamic_sampling import DynamicSamplingMixin
 from .metrics_logging import ExplorationMetricsMixin
+from .resume import ResumeMixin
 from .rollout import RolloutBatch, RolloutMixin
 
 __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_non_negative", "has_accelerator"]
@@ -41,7 +42,7 @@ __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "c
 _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
-class ExplorationGRPOTrainer(RolloutMixin, DynamicSamplingMixin, CaptureMixin, ExplorationMetricsMixin,
+class ExplorationGRPOTrainer(ResumeMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin, ExplorationMetricsMixin,
                              GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 

@@ -1,0 +1,104 @@
+"""Exact resume inside a rollout (`ResumeMixin`): the package's own improvement over TRL 1.16.
+
+TRL 1.16's `GRPOTrainer._prepare_inputs` generates one generation batch every
+`steps_per_generation * num_iterations` calls of `training_step` (counted by `self._step`), shuffles and splits it
+into `steps_per_generation` slices kept in memory (`self._buffered_inputs`), and feeds slice
+`self._step % steps_per_generation` to each call. Neither `_step` nor the buffer is checkpointed: after
+`--resume_from_checkpoint` TRL restarts `_step` at 0 with no buffer, so a resume inside a rollout's updates samples
+a new rollout instead of finishing the old one, and the run silently differs from the uninterrupted one
+(KL-Cov/Clip-Cov default to several updates per rollout, which makes it the common case).
+
+Here every checkpoint also holds, per process, `exploration_resume_state_<process_index>.pt` with what lives in
+memory between the updates of one rollout: `_step`, the buffered slices (only when the checkpoint falls inside a
+rollout), the state of every private `torch.Generator` the trainer owns (the metrics sampler, Clip-Cov's tie
+breaker, any a method adds) and the not-yet-logged metric values. On resume they are restored, so a resumed run
+equals the uninterrupted one.
+
+TRL/transformers behaviours relied on (pinned in `tests/test_trl_contract.py`):
+* `GRPOTrainer._prepare_inputs` reads `self._step`, `self._buffered_inputs` and regenerates when
+  `self._step % generate_every == 0 or self._buffered_inputs is None`; `training_step` increments `self._step`.
+* `Trainer._save_rng_state(output_dir)` runs on every process inside `_save_checkpoint`, before
+  `trainer_state.json` (the file that marks a checkpoint complete) is written; `Trainer._load_rng_state(checkpoint)`
+  runs on every process once per resume, after the model/optimizer are loaded and before the first
+  `training_step` of the resumed run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+STATE_FILE = "exploration_resume_state_{}.pt"
+FORMAT = 1
+
+
+def _to(obj, device):
+    """`obj` (tensors in dicts/lists, as TRL buffers them) with every tensor on `device`."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
+
+
+def _write_atomic(obj, path: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class ResumeMixin:
+    """Saves and restores TRL's in-memory rollout buffer, `_step`, private generators and pending metrics."""
+
+    def _generate_every(self) -> int:
+        return self.args.steps_per_generation * self.num_iterations
+
+    def _resume_state(self) -> dict:
+        inside = self._step % self._generate_every() != 0 and self._buffered_inputs is not None
+        return {
+            "format": FORMAT,
+            "global_step": int(self.state.global_step),
+            "step": int(self._step),
+            "buffered_inputs": _to(self._buffered_inputs, "cpu") if inside else None,
+            "generators": {name: g.get_state() for name, g in vars(self).items() if isinstance(g, torch.Generator)},
+            "metrics": {name: list(values) for name, values in self._metrics["train"].items()},
+        }
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        os.makedirs(output_dir, exist_ok=True)
+        _write_atomic(self._resume_state(), os.path.join(output_dir, STATE_FILE.format(self.args.process_index)))
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        super()._load_rng_state(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE.format(self.args.process_index))
+        if not os.path.isfile(path):
+            self._resume_without_state(checkpoint)
+            return
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        self._step = state["step"]
+        self._buffered_inputs = _to(state["buffered_inputs"], self.accelerator.device)
+        for name, value in state["generators"].items():
+            generator = getattr(self, name, None)
+            if isinstance(generator, torch.Generator):
+                generator.set_state(value)
+        for name, values in state["metrics"].items():
+            self._metrics["train"][name].extend(values)
+
+    def _resume_without_state(self, checkpoint: str) -> None:
+        """A checkpoint written without the state file (exploration-trl 0.2.0, or plain TRL): align `_step` with the
+        data loader (which TRL's resume positions at the same micro-batch) and say that the partial rollout is new."""
+        self._step = int(self.state.global_step) * self.args.gradient_accumulation_steps
+        self._buffered_inputs = None
+        done = self._step % self._generate_every()
+        if done and self.accelerator.is_main_process:
+            print(f"exploration-trl: {checkpoint} has no saved rollout buffer (written by exploration-trl 0.2.0 or "
+                  f"earlier, or by TRL), so the {self._generate_every() - done} remaining updates of its rollout "
+                  "train on a re-sampled rollout; the run is not the uninterrupted one from here.",
+                  file=sys.stderr, flush=True)
