@@ -43,6 +43,10 @@ METHOD_SETTINGS = {
     "kl_cov": {"kl_cov_ratio": 1.0, "kl_cov_coef": 1.0},
     "clip_cov": {"clip_cov_ratio": 1.0, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9},
     "progrpo+casp": {"progrpo_alpha": 20.0, "casp_alpha": 0.5, "casp_entropy_quantile": 0.5, "casp_top1_penalty": 2.0},
+    # The pass@k methods need groups with both right and wrong completions: correct = at least 3 distinct characters.
+    "passk": {"passk_k": 2, "correct_reward_threshold": 0.3},
+    "pkpo": {"pkpo_k": 3},
+    "unlikely": {"unlikely_beta": 1.0, "correct_reward_threshold": 0.3},
 }
 PROMPTS = [
     "sum 12 and 7", "a", "write the longest word you know, then stop", "go", "count to three please",

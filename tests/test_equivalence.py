@@ -40,6 +40,10 @@ NEUTRAL = {
     "casp": dict(casp_alpha=0.0, casp_top1_penalty=1.0),
     "kl_cov": dict(kl_cov_ratio=0.0, steps_per_generation=1, epsilon=0.2),
     "clip_cov": dict(clip_cov_ratio=0.0, clip_cov_lb=1e8, clip_cov_ub=1e9, steps_per_generation=1),
+    # PKPO at k = 1 without a baseline leaves the rewards as they are; the unlikeliness reward at beta = 0 too.
+    # Pass@k Training's neutral point (k = 1) needs binary rewards: tests/test_passk_methods.py.
+    "pkpo": dict(pkpo_k=1, pkpo_estimator="s"),
+    "unlikely": dict(unlikely_beta=0.0),
 }
 
 

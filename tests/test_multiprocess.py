@@ -39,7 +39,7 @@ from helpers import toy_checkpoint
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-METHODS = ["grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov", "progrpo+casp"]
+METHODS = ["grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov", "progrpo+casp", "passk", "pkpo", "unlikely"]
 LORA_METHODS = ["casp", "progrpo+casp", "kl_cov"]
 #: Method-specific metric keys (the exploration/* keys are checked for every method).
 METHOD_METRICS = {
@@ -49,6 +49,9 @@ METHOD_METRICS = {
     "casp": ["casp/forking_frac", "casp/top1_penalty_frac"],
     "kl_cov": ["kl_cov/selected_tokens", "kl_cov/cov_threshold"],
     "clip_cov": ["clip_cov/selected_tokens", "clip_cov/cov_threshold"],
+    "passk": ["passk/k", "passk/adv_correct_mean", "passk/adv_wrong_mean"],
+    "pkpo": ["pkpo/k", "pkpo/adv_abs_mean"],
+    "unlikely": ["unlikely/factor_correct_mean", "unlikely/adv_change_abs_mean"],
 }
 EXPLORATION_METRICS = ["exploration/entropy_correct", "exploration/entropy_wrong", "exploration/lambda_1",
                        "exploration/lambda_sample", "exploration/branching_factor", "exploration/pass_at_G",

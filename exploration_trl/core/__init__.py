@@ -22,6 +22,7 @@ from .losses import (
     kl_cov_select,
     token_covariance,
 )
+from .passk import passk_advantages, pkpo_advantages, pkpo_transform, unlikeliness_rewards
 
 __all__ = [
     "group_advantages",
@@ -30,6 +31,10 @@ __all__ = [
     "dsgrpo_advantages",
     "ppl_shaped_advantages",
     "position_bonus_advantages",
+    "passk_advantages",
+    "pkpo_transform",
+    "pkpo_advantages",
+    "unlikeliness_rewards",
     "forking_mask",
     "casp_ratio",
     "token_covariance",

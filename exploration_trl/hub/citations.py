@@ -105,6 +105,30 @@ _add(
     "2402.03300",
     "cs.CL",
 )
+_add(
+    "chen2025passk",
+    "Pass@k Training for Adaptively Balancing Exploration and Exploitation of Large Reasoning Models",
+    "Chen et al., 2025",
+    ["Zhipeng Chen", "Xiaobo Qin", "Youbin Wu", "Yue Ling", "Qinghao Ye", "Wayne Xin Zhao", "Guang Shi"],
+    2025,
+    "2508.10751",
+)
+_add(
+    "walder2025pkpo",
+    "Pass@K Policy Optimization: Solving Harder Reinforcement Learning Problems",
+    "Walder and Karkhanis, 2025",
+    ["Christian Walder", "Deep Karkhanis"],
+    2025,
+    "2505.15201",
+)
+_add(
+    "he2025unlikely",
+    "Rewarding the Unlikely: Lifting GRPO Beyond Distribution Sharpening",
+    "He et al., 2025",
+    ["Andre He", "Daniel Fried", "Sean Welleck"],
+    2025,
+    "2506.02355",
+)
 PAPERS["vonwerra2020trl"] = Paper(
     "vonwerra2020trl",
     "TRL: Transformer Reinforcement Learning",
@@ -157,6 +181,24 @@ METHOD_PAPERS: dict[str, tuple[str, str, str]] = {
         "Clip-Cov",
         "The policy gradient of a small random subset of high-covariance tokens is cut, slowing entropy collapse.",
         "cui2025entropy",
+    ),
+    "passk": (
+        "Pass@k Training",
+        "Analytic pass@k advantages: each completion gets the mean advantage of the k-subsets of its group that contain "
+        "it, so wrong completions in groups that already pass are penalised less (k in the config).",
+        "chen2025passk",
+    ),
+    "pkpo": (
+        "PKPO (Pass@K Policy Optimization)",
+        "An unbiased transform of the group's rewards whose policy gradient is that of pass@k (max@k for graded "
+        "rewards), with a leave-one-out baseline and k optionally annealed toward 1.",
+        "walder2025pkpo",
+    ),
+    "unlikely": (
+        "Unlikeliness reward",
+        "Correct completions are rewarded more the less likely the policy found them (rank within the group), so "
+        "training does not only sharpen the distribution on solutions it already prefers.",
+        "he2025unlikely",
     ),
     "still": (
         "STILL advantage shaping",

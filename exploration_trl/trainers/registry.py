@@ -3,7 +3,7 @@ loss-side method (e.g. `method: progrpo+casp`), in the spirit of verl's `core_al
 
 Order in which a composed pipeline applies (per generation batch, then per micro-batch):
 1. TRL's GRPO advantages (group-normalised rewards);
-2. the advantage-side method (ProGRPO or DS-GRPO);
+2. the advantage-side method (ProGRPO, DS-GRPO, Pass@k Training, PKPO or the unlikeliness reward);
 3. STILL perplexity shaping, then the STILL position bonus (any config);
 4. the loss-side method: CaSP / Clip-Cov change the importance ratio, KL-Cov adds its per-token penalty;
 5. TRL's clipped objective and `loss_type` aggregation.
@@ -18,6 +18,7 @@ from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer
 from .casp import CaSPConfig, CaSPTrainer
 from .cov import ClipCovConfig, ClipCovTrainer, KLCovConfig, KLCovTrainer
 from .dsgrpo import DSGRPOConfig, DSGRPOTrainer
+from .passk import PasskConfig, PasskTrainer, PKPOConfig, PKPOTrainer, UnlikelyConfig, UnlikelyTrainer
 from .progrpo import ProGRPOConfig, ProGRPOTrainer
 
 METHODS: dict[str, tuple[type, type]] = {
@@ -27,8 +28,11 @@ METHODS: dict[str, tuple[type, type]] = {
     "casp": (CaSPTrainer, CaSPConfig),
     "kl_cov": (KLCovTrainer, KLCovConfig),
     "clip_cov": (ClipCovTrainer, ClipCovConfig),
+    "passk": (PasskTrainer, PasskConfig),
+    "pkpo": (PKPOTrainer, PKPOConfig),
+    "unlikely": (UnlikelyTrainer, UnlikelyConfig),
 }
-ADVANTAGE_SIDE = ("progrpo", "dsgrpo")
+ADVANTAGE_SIDE = ("progrpo", "dsgrpo", "passk", "pkpo", "unlikely")
 LOSS_SIDE = ("casp", "kl_cov", "clip_cov")
 
 

@@ -1,0 +1,202 @@
+"""Pass@k-objective methods (advantage side): Pass@k Training (`passk`), PKPO (`pkpo`) and the unlikeliness reward
+(`unlikely`). Each recomputes the advantages from the rewards of the whole generation batch (every process holds
+them, gathered by TRL), so each process computes the same global advantages and keeps its own rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..core import passk as core_pk
+from ..rewards._base import is_correct
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+
+__all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
+
+
+def _check_k(config, name: str):
+    k = getattr(config, name)
+    if k is None or int(k) != k or k < 1:
+        raise ValueError(f"{name} is {k!r} but must be an integer >= 1 (1 is pass@1, i.e. GRPO's objective)")
+    g = getattr(config, "num_generations", None)
+    if g is not None and k > g:
+        raise ValueError(f"{name} is {k} but num_generations is {g}: pass@k needs k <= num_generations; lower {name} "
+                         "or raise num_generations")
+
+
+def _check_trl_aggregation(config, method: str):
+    # These methods recompute advantages from the summed rewards, as TRL's default `sum_then_normalize` does.
+    aggregation = getattr(config, "multi_objective_aggregation", "sum_then_normalize")
+    if aggregation != "sum_then_normalize":
+        raise ValueError(f"multi_objective_aggregation is {aggregation!r} but method {method} recomputes advantages "
+                         "from the summed rewards; set multi_objective_aggregation: sum_then_normalize")
+
+
+@dataclass
+class PasskConfig(ExplorationGRPOConfig):
+    """Pass@k Training (Chen et al. 2025, arXiv 2508.10751): analytic pass@k advantages for correct and wrong
+    completions (`core.passk`). Correctness is `correct_reward_threshold` on the total reward. The
+    division by the subsets' reward std follows TRL's `scale_rewards` ("none" drops it; "group"/"batch" keep the
+    paper's analytic per-group std)."""
+
+    passk_k: int = field(default=4, metadata={"help": "k of the pass@k objective (1 <= k <= num_generations; 1 is "
+                                                      "GRPO's binary-reward objective with the population std)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_k(self, "passk_k")
+        _check_trl_aggregation(self, "passk")
+
+
+class PasskTrainer(ExplorationGRPOTrainer):
+    """Advantage-side: Pass@k Training's analytic advantages from each group's correct count."""
+
+    config_class = PasskConfig
+    method_name = "passk"
+    hook = ("advantage", "passk")
+
+    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        super()._compute_advantages(batch)  # TRL's advantages are replaced, not shifted
+        self._mark_hook_ran("passk")
+        rewards = batch.rewards
+        correct = is_correct(rewards, self.args.correct_reward_threshold)
+        adv = core_pk.passk_advantages(correct, batch.num_generations, self.args.passk_k,
+                                       valid=~torch.isnan(rewards), scale=self.args.scale_rewards != "none")
+        adv = adv.to(batch.advantages.device)[batch.process_slice]
+        local_correct = correct[batch.process_slice].to(adv.device)
+        self._log_loss_state_metrics({"metrics": {
+            "passk/k": (float(self.args.passk_k), 1),
+            "passk/adv_correct_mean": (adv[local_correct].sum().item(), local_correct.sum().item()),
+            "passk/adv_wrong_mean": (adv[~local_correct].sum().item(), (~local_correct).sum().item()),
+            "passk/wrong_adv_positive_frac": (((adv > 0) & ~local_correct).sum().item(),
+                                              (~local_correct).sum().item()),
+        }})
+        return adv
+
+
+@dataclass
+class PKPOConfig(ExplorationGRPOConfig):
+    """PKPO (Walder & Karkhanis 2025, arXiv 2505.15201): the unbiased pass@k / max@k reward transform for k <= G
+    (`core.pkpo_transform`), with an optional k schedule toward `pkpo_k_final` (the paper's annealing)."""
+
+    pkpo_k: int = field(default=4, metadata={"help": "k of the max@k objective (1 <= k <= num_generations)."})
+    pkpo_estimator: str = field(
+        default="sloo_minus_one",
+        metadata={"help": "'sloo_minus_one' (Eq. 33, the paper's lowest-variance baseline; default), 'sloo' (Eq. 29, "
+                  "needs k < num_generations) or 's' (Eq. 19, no baseline: centred like GRPO's rewards; with k=1 "
+                  "exactly GRPO)."},
+    )
+    pkpo_k_final: int | None = field(
+        default=None, metadata={"help": "Anneal k toward this value (e.g. 1); None keeps pkpo_k throughout."})
+    pkpo_k_anneal_steps: int = field(
+        default=0, metadata={"help": "Step at which k switches to pkpo_k_final ('step'), or over which it moves "
+                                     "linearly ('linear')."})
+    pkpo_k_schedule: str = field(
+        default="step", metadata={"help": "'step' (the paper's switch at pkpo_k_anneal_steps), 'linear' or "
+                                          "'constant'. Only used when pkpo_k_final is set."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_k(self, "pkpo_k")
+        if self.pkpo_k_final is not None:
+            _check_k(self, "pkpo_k_final")
+        check_non_negative(self, {"pkpo_k_anneal_steps": "the step of PKPO's k annealing"})
+        if self.pkpo_estimator not in core_pk.PKPO_ESTIMATORS:
+            raise ValueError(f"pkpo_estimator must be one of {', '.join(core_pk.PKPO_ESTIMATORS)}; "
+                             f"got {self.pkpo_estimator!r}")
+        if self.pkpo_k_schedule not in core_pk.PKPO_K_SCHEDULES:
+            raise ValueError(f"pkpo_k_schedule must be one of {', '.join(core_pk.PKPO_K_SCHEDULES)}; "
+                             f"got {self.pkpo_k_schedule!r}")
+        g = self.num_generations
+        if self.pkpo_estimator == "sloo" and g is not None and max(self.pkpo_k, self.pkpo_k_final or 1) >= g:
+            raise ValueError(f"pkpo_estimator 'sloo' needs pkpo_k < num_generations ({g}); use sloo_minus_one")
+        _check_trl_aggregation(self, "pkpo")
+
+
+class PKPOTrainer(ExplorationGRPOTrainer):
+    """Advantage-side: PKPO's transformed rewards, normalised as TRL normalises rewards."""
+
+    config_class = PKPOConfig
+    method_name = "pkpo"
+    hook = ("advantage", "pkpo")
+
+    def _pkpo_k(self, step: int) -> int:
+        a = self.args
+        return core_pk.pkpo_k_at_step(step, a.pkpo_k, a.pkpo_k_final, a.pkpo_k_anneal_steps, a.pkpo_k_schedule)
+
+    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        super()._compute_advantages(batch)
+        self._mark_hook_ran("pkpo")
+        k = self._pkpo_k(batch.global_step)
+        adv = core_pk.pkpo_advantages(batch.rewards, batch.num_generations, k, self.args.pkpo_estimator,
+                                      scale=self.args.scale_rewards)
+        adv = adv.to(batch.advantages.device)[batch.process_slice]
+        correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold).to(adv.device)
+        self._log_loss_state_metrics({"metrics": {
+            "pkpo/k": (float(k), 1),
+            "pkpo/adv_abs_mean": (adv.abs().sum().item(), adv.numel()),
+            "pkpo/adv_wrong_mean": (adv[~correct].sum().item(), (~correct).sum().item()),
+        }})
+        return adv
+
+
+@dataclass
+class UnlikelyConfig(ExplorationGRPOConfig):
+    """Unlikeliness reward (He et al. 2025, arXiv 2506.02355): a correct completion's reward is scaled by
+    `1 - unlikely_beta * rank / G`, rank 0 for the least likely completion of its group under the rollout policy,
+    then GRPO's group normalisation as TRL applies it (`core.unlikeliness_rewards`)."""
+
+    unlikely_beta: float = field(default=0.25, metadata={"help": "Rank penalty beta_rank (paper: 0.25); 0 is GRPO."})
+    unlikely_logp: str = field(
+        default="mean", metadata={"help": "Likelihood the ranking uses: 'mean' token log-prob (the authors' released "
+                                          "code; default) or 'sum' (the sequence log-likelihood)."})
+    unlikely_rank_among: str = field(
+        default="group", metadata={"help": "'group': rank all G completions, divide by G (released code; default); "
+                                           "'correct': rank only the correct ones, divide by their count."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_non_negative(self, {"unlikely_beta": "the unlikeliness rank penalty (paper: 0.25; 0 switches it off)"})
+        if self.unlikely_beta > 1:
+            raise ValueError(f"unlikely_beta is {self.unlikely_beta} but must be <= 1, or the most likely correct "
+                             "completion would get a negative reward (paper: 0.25)")
+        if self.unlikely_logp not in core_pk.UNLIKELY_LOGPS:
+            raise ValueError(f"unlikely_logp must be one of {', '.join(core_pk.UNLIKELY_LOGPS)}; "
+                             f"got {self.unlikely_logp!r}")
+        if self.unlikely_rank_among not in core_pk.UNLIKELY_RANK_AMONG:
+            raise ValueError(f"unlikely_rank_among must be one of {', '.join(core_pk.UNLIKELY_RANK_AMONG)}; "
+                             f"got {self.unlikely_rank_among!r}")
+        _check_trl_aggregation(self, "unlikely")
+
+
+class UnlikelyTrainer(ExplorationGRPOTrainer):
+    """Advantage-side: the unlikeliness reward, ranked by the rollout policy's log-probabilities."""
+
+    config_class = UnlikelyConfig
+    method_name = "unlikely"
+    hook = ("advantage", "unlikely")
+
+    def _needs_rollout_logps(self) -> bool:
+        return True
+
+    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        super()._compute_advantages(batch)
+        self._mark_hook_ran("unlikely")
+        from ..core.advantages import group_advantages
+
+        a = self.args
+        logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
+        rewards = batch.rewards.to(logps.device)
+        correct = is_correct(rewards, a.correct_reward_threshold)
+        shaped = core_pk.unlikeliness_rewards(rewards, logps, mask, batch.num_generations, a.unlikely_beta,
+                                              correct=correct, logp=a.unlikely_logp, rank_among=a.unlikely_rank_among)
+        adv = group_advantages(shaped, batch.num_generations, scale=a.scale_rewards)
+        adv = adv.to(batch.advantages.device)[batch.process_slice]
+        factor = (shaped / rewards)[batch.process_slice].to(adv.device)
+        local_correct = correct[batch.process_slice].to(adv.device) & (rewards[batch.process_slice] != 0).to(adv.device)
+        self._log_loss_state_metrics({"metrics": {
+            "unlikely/factor_correct_mean": (factor[local_correct].sum().item(), local_correct.sum().item()),
+            "unlikely/adv_change_abs_mean": ((adv - batch.advantages).abs().sum().item(), adv.numel()),
+        }})
+        return adv

@@ -1,0 +1,254 @@
+"""Pass@k-objective methods: Pass@k Training (`passk`), PKPO (`pkpo`), the unlikeliness reward (`unlikely`).
+
+Each formula is checked against hand-worked numbers and against an independent brute-force implementation written
+here (enumerating every k-subset of a group); each trainer logs its metrics, acts, composes with a loss-side method,
+and trains exactly as TRL's GRPOTrainer at its neutral setting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+import exploration_trl as et
+from exploration_trl.core.advantages import group_advantages
+from exploration_trl.core.passk import (
+    passk_advantages,
+    pkpo_advantages,
+    pkpo_k_at_step,
+    pkpo_transform,
+    unlikeliness_rewards,
+)
+from helpers import binary_reward, max_param_diff, params_changed, toy_checkpoint, train
+
+
+# ----------------------------------------------------------------------------- brute force, written independently
+def brute_passk(correct: list[bool], k: int) -> list[float]:
+    """Chen et al.'s construction itself: every k-subset gets reward max (1 if any correct), subset advantages are
+    (R_S - mean) / population std over all subsets, and a response's advantage is the mean over its subsets."""
+    n = len(correct)
+    subsets = list(itertools.combinations(range(n), k))
+    rew = {s: float(any(correct[i] for i in s)) for s in subsets}
+    mean = sum(rew.values()) / len(subsets)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rew.values()) / len(subsets))
+    out = []
+    for i in range(n):
+        mine = [s for s in subsets if i in s]
+        out.append(sum((rew[s] - mean) / (std + 1e-6) for s in mine) / len(mine))
+    return out
+
+
+def brute_pkpo(g: list[float], k: int, estimator: str) -> list[float]:
+    """Mean over the k-subsets containing i of max(S) [- max(S minus i)], minus the leave-one-out max@k for 'sloo'."""
+    n = len(g)
+    out = []
+    for i in range(n):
+        mine = [s for s in itertools.combinations(range(n), k) if i in s]
+        if estimator == "sloo_minus_one" and k > 1:
+            vals = [max(g[j] for j in s) - max(g[j] for j in s if j != i) for s in mine]
+            out.append(sum(vals) / len(mine))
+            continue
+        val = sum(max(g[j] for j in s) for s in mine) / len(mine)
+        if estimator in ("sloo", "sloo_minus_one"):
+            rest = [s for s in itertools.combinations([j for j in range(n) if j != i], k)]
+            val -= sum(max(g[j] for j in s) for s in rest) / len(rest)
+        out.append(val)
+    return out
+
+
+# ----------------------------------------------------------------------------- Pass@k Training
+def test_passk_hand_numbers():
+    # N = 8, N_neg = 6, k = 4: R = 1 - C(6,4)/C(8,4) = 11/14, sigma = sqrt(33)/14,
+    # A_pos = (3/14) / sigma = 3/sqrt(33), A_neg = (3/14 - C(5,3)/C(7,3)) / sigma = -1/sqrt(33).
+    correct = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0], dtype=torch.bool)
+    adv = passk_advantages(correct, 8, 4, eps=0.0)
+    want = torch.where(correct, torch.tensor(3 / math.sqrt(33)), torch.tensor(-1 / math.sqrt(33)))
+    torch.testing.assert_close(adv, want)
+    # Unscaled (scale_rewards: none): the numerators 3/14 and -1/14.
+    torch.testing.assert_close(passk_advantages(correct, 8, 4, scale=False)[:2], torch.tensor([3 / 14, -1 / 14]))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_passk_equals_subset_enumeration(k):
+    gen = torch.Generator().manual_seed(k)
+    correct = torch.rand(4 * 6, generator=gen) < 0.35
+    adv = passk_advantages(correct, 6, k)
+    want = [v for g in range(4) for v in brute_passk(correct[g * 6:(g + 1) * 6].tolist(), k)]
+    torch.testing.assert_close(adv, torch.tensor(want, dtype=torch.float32), atol=1e-5, rtol=1e-5)
+
+
+def test_passk_k1_is_grpo_on_binary_rewards_and_unscorable_rows_get_zero():
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    # k = 1 without scaling: r - group mean, TRL's scale_rewards="none".
+    grpo = r - r.view(2, 3).mean(1).repeat_interleave(3)
+    torch.testing.assert_close(passk_advantages(r > 0, 3, 1, scale=False), grpo)
+    valid = torch.tensor([True, True, False, True, True, True])
+    adv = passk_advantages(torch.tensor([1, 0, 1, 1, 1, 0], dtype=torch.bool), 3, 2, valid=valid)
+    assert adv[2] == 0  # left out of its group: the group is then {1 correct, 1 wrong} with k = 2 -> all pass
+    assert adv[:2].abs().max() < 1e-3
+
+
+# ----------------------------------------------------------------------------- PKPO
+def test_pkpo_hand_numbers():
+    g = torch.tensor([0.0, 1.0, 0.0, 1.0])  # n = 4, c = 2, k = 2
+    # mean over the 3 pairs containing i of their max: correct 1, wrong 2/3.
+    torch.testing.assert_close(pkpo_transform(g, 4, 2, "s"), torch.tensor([2 / 3, 1, 2 / 3, 1]))
+    # max(S) - max(S minus i): a correct sample counts only in its 2 pairs with a wrong one.
+    torch.testing.assert_close(pkpo_transform(g, 4, 2, "sloo_minus_one"), torch.tensor([0, 2 / 3, 0, 2 / 3]))
+    # minus pass@2 of the other three: 1 - 2/3 for a correct sample, 2/3 - 1 for a wrong one.
+    torch.testing.assert_close(pkpo_transform(g, 4, 2, "sloo"), torch.tensor([-1 / 3, 1 / 3, -1 / 3, 1 / 3]))
+    # Continuous rewards (max@k): 0.1 and 0.3 each sit in {.., 0.7} and {0.1, 0.3}.
+    torch.testing.assert_close(pkpo_transform(torch.tensor([0.1, 0.7, 0.3]), 3, 2, "s"), torch.tensor([0.5, 0.7, 0.5]))
+
+
+@pytest.mark.parametrize("estimator", ["s", "sloo", "sloo_minus_one"])
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_pkpo_equals_subset_enumeration(estimator, k):
+    gen = torch.Generator().manual_seed(10 * k)
+    r = torch.rand(3 * 6, generator=gen).round(decimals=1)  # ties included
+    if estimator == "sloo" and k > 5:
+        pytest.skip("unreachable")
+    t = pkpo_transform(r, 6, k, estimator)
+    want = [v for g in range(3) for v in brute_pkpo(r[g * 6:(g + 1) * 6].tolist(), k, estimator)]
+    torch.testing.assert_close(t, torch.tensor(want, dtype=torch.float32), atol=1e-6, rtol=1e-6)
+
+
+def test_pkpo_unbiased_on_average_over_draws():
+    """E[sum_i s_i] over draws of n samples equals k * pass@k of the Bernoulli(p) population (Eq. 19 summed)."""
+    p, n, k, draws = 0.3, 6, 3, 4000
+    gen = torch.Generator().manual_seed(0)
+    r = (torch.rand(draws * n, generator=gen) < p).float()
+    total = pkpo_transform(r, n, k, "s").view(draws, n).sum(1) * k / n  # back to the paper's s_i scale
+    torch.testing.assert_close(total.mean(), torch.tensor(k * (1 - (1 - p) ** k)), atol=0.03, rtol=0)
+
+
+def test_pkpo_k1_s_is_grpo_bit_for_bit_and_nan_rows_zero():
+    r = torch.tensor([0.1, 0.7, 0.3, 0.9, 0.5, 0.2, 0.2, 0.8])
+    assert torch.equal(pkpo_advantages(r, 4, 1, "s"), group_advantages(r, 4))
+    r[2] = float("nan")
+    adv = pkpo_advantages(r, 4, 2)
+    assert adv[2] == 0 and torch.isfinite(adv).all()
+
+
+def test_pkpo_k_schedule():
+    assert [pkpo_k_at_step(s, 8, 1, 10, "step") for s in (0, 9, 10, 50)] == [8, 8, 1, 1]
+    assert [pkpo_k_at_step(s, 8, 1, 14, "linear") for s in (0, 7, 14, 20)] == [8, 4, 1, 1]  # 8 - 7 * 0.5 = 4.5 -> 4
+    assert pkpo_k_at_step(100, 8, None, 10, "step") == 8
+    assert pkpo_k_at_step(100, 8, 1, 10, "constant") == 8
+
+
+# ----------------------------------------------------------------------------- unlikeliness reward
+def brute_unlikely(rewards, scores, beta, rank_among_correct=False):
+    idx = [i for i in range(len(rewards)) if rewards[i] > 0] if rank_among_correct else list(range(len(rewards)))
+    ordered = sorted(idx, key=lambda i: (scores[i], i))  # ascending likelihood, ties by row
+    out = list(rewards)
+    for rank, i in enumerate(ordered):
+        out[i] = rewards[i] * (1 - beta * rank / len(idx))
+    return out
+
+
+def test_unlikeliness_hand_numbers():
+    r = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    logps = torch.tensor([[-1.0, -1.0], [-3.0, -3.0], [-2.0, 0.0], [-0.5, 9.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0]])
+    # mean log-probs -1, -3, -2, -0.5 -> ascending ranks 2, 0, 1, 3 of G = 4
+    out = unlikeliness_rewards(r, logps, mask, 4, beta=0.25)
+    torch.testing.assert_close(out, torch.tensor([1 - 0.25 * 2 / 4, 1.0, 0.0, 1 - 0.25 * 3 / 4]))
+    # Ranked among the 3 correct only: ranks 1, 0, -, 2 of 3.
+    out = unlikeliness_rewards(r, logps, mask, 4, beta=0.25, correct=r > 0, rank_among="correct")
+    torch.testing.assert_close(out, torch.tensor([1 - 0.25 / 3, 1.0, 0.0, 1 - 0.25 * 2 / 3]))
+    # 'sum': -2, -6, -2, -0.5 -> rows 0 and 2 tie; the earlier row ranks first: ranks 1, 0, 2, 3.
+    out = unlikeliness_rewards(r, logps, mask, 4, beta=0.25, logp="sum")
+    torch.testing.assert_close(out, torch.tensor([1 - 0.25 / 4, 1.0, 0.0, 1 - 0.25 * 3 / 4]))
+    assert torch.equal(unlikeliness_rewards(r, logps, mask, 4, beta=0.0), r)
+
+
+@pytest.mark.parametrize("among", ["group", "correct"])
+def test_unlikeliness_equals_sorting(among):
+    gen = torch.Generator().manual_seed(3)
+    r = (torch.rand(24, generator=gen) < 0.5).float()
+    logps, mask = -torch.rand(24, 5, generator=gen), torch.ones(24, 5)
+    out = unlikeliness_rewards(r, logps, mask, 6, beta=0.4, correct=r > 0, rank_among=among)
+    scores = logps.mean(1).tolist()
+    want = [v for g in range(4) for v in brute_unlikely(r[g * 6:(g + 1) * 6].tolist(), scores[g * 6:(g + 1) * 6],
+                                                         0.4, among == "correct")]
+    torch.testing.assert_close(out, torch.tensor(want))
+
+
+# ----------------------------------------------------------------------------- configs
+@pytest.mark.parametrize("kwargs, text", [
+    (dict(method="passk", passk_k=5), "passk_k is 5 but num_generations is 4"),
+    (dict(method="pkpo", pkpo_k=0), "pkpo_k is 0 but must be an integer >= 1"),
+    (dict(method="pkpo", pkpo_estimator="loo"), "pkpo_estimator must be one of"),
+    (dict(method="pkpo", pkpo_k=4, pkpo_estimator="sloo"), "pkpo_estimator 'sloo' needs pkpo_k < num_generations"),
+    (dict(method="unlikely", unlikely_beta=1.5), "unlikely_beta is 1.5 but must be <= 1"),
+    (dict(method="unlikely", unlikely_logp="max"), "unlikely_logp must be one of"),
+])
+def test_config_errors_name_the_key(kwargs, text, tmp_path):
+    cls = et.get_config_class(kwargs.pop("method"))
+    with pytest.raises(ValueError, match=text):
+        cls(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=4, report_to=[], **kwargs)
+
+
+# ----------------------------------------------------------------------------- trainers
+def split_reward(completions, **kwargs):
+    """Graded and mixed: 'correct' (> 0.3) for completions with at least 3 distinct characters."""
+    return [len(set(c)) / 8 for c in completions]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt")
+
+
+METRICS = {"passk": ["passk/k", "passk/adv_correct_mean", "passk/adv_wrong_mean"],
+           "pkpo": ["pkpo/k", "pkpo/adv_abs_mean"],
+           "unlikely": ["unlikely/factor_correct_mean", "unlikely/adv_change_abs_mean"],
+           "casp": ["casp/forking_frac"], "kl_cov": ["kl_cov/selected_tokens"]}
+ACTIVE = {"passk": dict(passk_k=2), "pkpo": dict(pkpo_k=3), "unlikely": dict(unlikely_beta=1.0)}
+
+
+@pytest.fixture(scope="module")
+def grpo_run(ckpt, tmp_path_factory):
+    cls = et.get_trainer_class("grpo")
+    return train(cls, cls.config_class, ckpt, tmp_path_factory.mktemp("grpo"), reward=split_reward,
+                 correct_reward_threshold=0.3)
+
+
+@pytest.mark.parametrize("method", ["passk", "pkpo", "unlikely", "passk+casp", "pkpo+kl_cov"])
+def test_trainer_acts_logs_and_composes(method, ckpt, grpo_run, tmp_path):
+    cls = et.get_trainer_class(method)
+    extra = {k: v for part in method.split("+") for k, v in ACTIVE.get(part, {}).items()}
+    if "casp" in method:
+        extra.update(casp_alpha=0.5, casp_entropy_quantile=0.0)
+    if "kl_cov" in method:
+        extra.update(kl_cov_ratio=0.5)
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=split_reward, correct_reward_threshold=0.3, **extra)
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    for part in method.split("+"):
+        assert set(METRICS[part]) <= logged, (part, sorted(logged))
+    assert max_param_diff(grpo_run, trainer) > 1e-5
+    if method == "pkpo":
+        assert [e["pkpo/k"] for e in trainer.state.log_history if "pkpo/k" in e][0] == 3
+
+
+def test_pkpo_k_annealing_is_logged(ckpt, tmp_path):
+    cls = et.get_trainer_class("pkpo")
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=split_reward, pkpo_k=4, pkpo_k_final=1,
+                    pkpo_k_anneal_steps=2, max_steps=3)
+    assert [e["pkpo/k"] for e in trainer.state.log_history if "pkpo/k" in e] == [4, 4, 1]
+
+
+def test_passk_k1_unscaled_equals_trl_on_binary_rewards(ckpt, tmp_path):
+    """Pass@k Training's neutral point: k = 1 is GRPO's objective; with binary rewards and scale_rewards 'none'
+    (the analytic std is the population std, TRL's the sample std) it trains exactly as TRL's GRPOTrainer."""
+    ref = train(GRPOTrainer, GRPOConfig, ckpt, tmp_path / "trl", reward=binary_reward, scale_rewards="none")
+    assert params_changed(ref, ckpt) > 1e-3
+    cls = et.get_trainer_class("passk")
+    ours = train(cls, cls.config_class, ckpt, tmp_path / "passk", reward=binary_reward, scale_rewards="none",
+                 passk_k=1, correct_reward_threshold=0.5)
+    assert max_param_diff(ref, ours) <= 1e-6
