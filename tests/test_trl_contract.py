@@ -187,3 +187,29 @@ def test_trl_train_sampler_layout_for_dynamic_sampling_refills(ckpt, tmp_path):
     assert len(next(iter(trainer.get_train_dataloader()))) == 8 == len(trainer._refill_batch())
     batch = trainer._refill_batch()
     assert all(batch[i]["prompt"] == batch[i - i % 4]["prompt"] for i in range(8))  # groups of 4 contiguous rows
+
+
+def test_hf_evaluation_schedule_for_heldout_eval(ckpt, tmp_path):
+    """`trainers/heldout_eval.py` relies on: TRL's GRPOTrainer not overriding `evaluate` (only `prediction_step`);
+    `Trainer._evaluate` calling `self.evaluate(...)` and reading `metric_for_best_model` from its result;
+    `Trainer.__init__` refusing `eval_strategy` without an `eval_dataset` (lifted for the duration of `__init__`);
+    TRL's `log` prefixing its metrics with `eval_` when the model is in eval mode."""
+    from transformers import Trainer
+
+    assert GRPOTrainer.evaluate is Trainer.evaluate
+    assert "prediction_step" in GRPOTrainer.__dict__
+    assert "self.evaluate(" in inspect.getsource(Trainer._evaluate)
+    assert "metric_for_best_model" in inspect.getsource(Trainer._determine_best_metric)
+    log_src = inspect.getsource(GRPOTrainer.log)
+    assert 'mode = "train" if self.model.training else "eval"' in log_src and 'f"eval_{key}"' in log_src
+    with pytest.raises(ValueError, match="didn't pass an `eval_dataset`"):
+        GRPOTrainer(model=ckpt, reward_funcs=letter_reward, train_dataset=toy_dataset(),
+                    args=et.ExplorationGRPOConfig(**grpo_kwargs(tmp_path, eval_strategy="steps", eval_steps=1)))
+
+
+def test_trl_log_appends_to_log_history_for_the_divergence_check(ckpt, tmp_path):
+    """`trainers/divergence.py` reads `state.log_history` after `super().log(...)`."""
+    trainer = make_trainer(ckpt, tmp_path)
+    trainer.model.train()
+    trainer.log({"reward": 0.5, "entropy": 1.0})
+    assert trainer.state.log_history[-1]["reward"] == 0.5 and trainer.state.log_history[-1]["entropy"] == 1.0

@@ -1,4 +1,5 @@
-"""Training curves for a card: mean reward and token entropy per logged step, from the trainer's log history."""
+"""Training curves for a card: mean reward and token entropy per logged step, and the held-out pass@k when the
+trainer evaluated it (`trainers/heldout_eval.py`), from the trainer's log history."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from exploration_trl.eval.results import write_atomic
 
-__all__ = ["CURVES_FILE", "card_curves", "history_from_folder", "plot_training_curves", "training_summary"]
+__all__ = ["CURVES_FILE", "card_curves", "heldout_keys", "history_from_folder", "plot_training_curves", "training_summary"]
 
 CURVES_FILE = "training_curves.png"
 
@@ -52,7 +53,8 @@ def plot_training_curves(log_history: Sequence[Mapping] | None, out: str | Path 
     """
     rx, ry = _series(log_history, "reward")
     ex, ey = _series(log_history, "entropy")
-    if not ry and not ey:
+    heldout = {k: _series(log_history, k) for k in heldout_keys(log_history)}
+    if not ry and not ey and not heldout:
         return None
     import matplotlib
 
@@ -60,8 +62,20 @@ def plot_training_curves(log_history: Sequence[Mapping] | None, out: str | Path 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    fig, axes = plt.subplots(1, 3 if heldout else 2, figsize=(14.4 if heldout else 9.6, 3.6))
     try:
+        if heldout:  # held-out pass@k of `trainers/heldout_eval.py`, with its 95% interval
+            ax = axes[2]
+            for key, (xs, ys) in heldout.items():
+                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.6, label=key.removeprefix("eval_"))
+                _, lo = _series(log_history, f"{key}_ci_low")
+                _, hi = _series(log_history, f"{key}_ci_high")
+                if len(lo) == len(ys) == len(hi):
+                    ax.fill_between(xs, lo, hi, alpha=0.15, linewidth=0)
+            ax.set_title("held-out pass@k")
+            ax.set_xlabel("step")
+            ax.legend(fontsize=8)
+            ax.grid(True, alpha=0.3)
         for ax, xs, ys, title, color in ((axes[0], rx, ry, "mean reward", "tab:blue"),
                                          (axes[1], ex, ey, "token entropy (nats)", "tab:orange")):
             if ys:
@@ -88,10 +102,18 @@ def plot_training_curves(log_history: Sequence[Mapping] | None, out: str | Path 
     return data
 
 
+def heldout_keys(log_history: Iterable[Mapping] | None) -> list[str]:
+    """The held-out pass@k keys (`eval_pass@k`, without their interval bounds) in the history, by k."""
+    keys = {k for e in log_history or [] if isinstance(e, Mapping) for k in e
+            if str(k).startswith("eval_pass@") and str(k)[len("eval_pass@"):].isdigit()}
+    return sorted(keys, key=lambda k: int(k[len("eval_pass@"):]))
+
+
 def training_summary(log_history: Sequence[Mapping] | None) -> str | None:
-    """One sentence: the first and last logged mean reward and token entropy."""
+    """One sentence: the first and last logged mean reward, token entropy and held-out pass@k."""
     parts = []
-    for key, label, unit in (("reward", "mean reward", ""), ("entropy", "token entropy", " nats")):
+    for key, label, unit in (("reward", "mean reward", ""), ("entropy", "token entropy", " nats"),
+                             *((k, f"held-out {k.removeprefix('eval_')}", "") for k in heldout_keys(log_history))):
         _, ys = _series(log_history, key)
         if len(ys) >= 2:
             parts.append(f"{label} {ys[0]:.3g} → {ys[-1]:.3g}{unit}")

@@ -27,7 +27,8 @@ def reward_never_varied(frac_reward_zero_std: Iterable[float]) -> bool | None:
 
 def outcome_notes(outcome: Mapping | None) -> list[str]:
     """Sentences for what went wrong in a run (`[]` when nothing did). `outcome` holds `weights_changed` (bool or
-    None: not measured) and `reward_never_varied` (bool or None)."""
+    None: not measured), `reward_never_varied` (bool or None) and `diverged` (the divergence check's sentence or
+    None)."""
     outcome = outcome or {}
     notes = []
     if outcome.get("weights_changed") is False:
@@ -38,4 +39,6 @@ def outcome_notes(outcome: Mapping | None) -> list[str]:
                      "same reward (frac_reward_zero_std = 1), so every GRPO advantage was 0 and the reward taught "
                      "nothing. A starting model that sometimes succeeds, more generations per prompt "
                      "(num_generations) or a graded reward gives a learning signal.")
+    if outcome.get("diverged"):  # the sentence of `trainers/divergence.detect_divergence`
+        notes.append(str(outcome["diverged"]))
     return notes

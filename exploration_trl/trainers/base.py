@@ -29,6 +29,8 @@ from ..rewards._base import is_correct
 from .capture import CaptureMixin, _Capture
 from .config import ExplorationGRPOConfig, check_non_negative, has_accelerator
 from .dynamic_sampling import DynamicSamplingMixin
+from .divergence import DivergenceMixin
+from .heldout_eval import HeldoutEvalMixin
 from .metrics_logging import ExplorationMetricsMixin
 from .resume import ResumeMixin
 from .rollout import RolloutBatch, RolloutMixin
@@ -43,7 +45,7 @@ _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing
 
 
 class ExplorationGRPOTrainer(ResumeMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin, ExplorationMetricsMixin,
-                             GRPOTrainer):
+                             HeldoutEvalMixin, DivergenceMixin, GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]

@@ -75,6 +75,35 @@ class ExplorationGRPOConfig(GRPOConfig):
     exploration_metrics_top_p: float = field(
         default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
     )
+    eval_benchmark: str | None = field(
+        default=None,
+        metadata={"help": "Held-out pass@k while training (`trainers/heldout_eval.py`): a built-in benchmark name "
+                  "(`exploration-trl eval --list`) or a local .jsonl/.json/.parquet file with question/answer columns. "
+                  "Evaluated on HF's schedule (eval_strategy: steps, eval_steps, eval_on_start); logs eval_pass@k "
+                  "with a 95% interval, eval_distinct_correct and eval_token_entropy. null: off."},
+    )
+    eval_n: int = field(default=64, metadata={"help": "Completions sampled per held-out problem."})
+    eval_ks: list[int] | None = field(
+        default=None, metadata={"help": "k values of the held-out pass@k (each <= eval_n; default 1, 2, 4, ..., eval_n)."})
+    eval_num_problems: int | None = field(
+        default=None, metadata={"help": "Evaluate the first N held-out problems only (null: all)."})
+    eval_temperature: float | None = field(
+        default=None, metadata={"help": "Held-out sampling temperature (null: the training temperature)."})
+    eval_top_p: float = field(default=1.0, metadata={"help": "Held-out sampling top-p."})
+    eval_max_tokens: int | None = field(
+        default=None, metadata={"help": "Held-out completion budget in tokens (null: max_completion_length)."})
+    eval_generation_batch_size: int = field(
+        default=256, metadata={"help": "Sequences per `generate` call of the held-out evaluation."})
+    divergence_window: int = field(
+        default=20,
+        metadata={"help": "Logged steps the divergence check (`trainers/divergence.py`) averages over; 0 switches "
+                  "the check off."},
+    )
+    divergence_entropy_factor: float = field(
+        default=3.0,
+        metadata={"help": "Entropy divergence: the last window's mean token entropy above this many times the first "
+                  "window's, and above the window before it."},
+    )
     dynamic_sampling: bool = field(
         default=False,
         metadata={"help": "DAPO's dynamic sampling (Sec. 3.2, Eq. 11; verl's filter_groups): drop groups whose "
@@ -143,6 +172,11 @@ class ExplorationGRPOConfig(GRPOConfig):
         check_dynamic_sampling(self)
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+        from .heldout_eval import check_heldout_config
+        from .divergence import check_divergence_config
+
+        check_heldout_config(self)
+        check_divergence_config(self)
 
 
 def has_accelerator() -> bool:
@@ -157,6 +191,7 @@ def check_non_negative(config, meanings: dict[str, str]):
         value = getattr(config, name, None)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             raise ValueError(f"{name} is {value} but must be >= 0: it is {meaning}")
+
 
 DYNAMIC_SAMPLING_ON_EXHAUSTED = ("fill", "error")
 
