@@ -409,3 +409,14 @@ def test_gsm8k_grading_and_majority(tmp_path, monkeypatch, rewards):
     assert prob["answers"] == ["18", "18", "18", "17", "17"]
     assert prob["c"] == 3 and res["summary"]["maj_at_n"] == 1.0
     assert res["summary"]["solution_multiplicity"]["mean"] == 1.0
+
+
+def test_math_solution_multiplicity_counts_values_not_strings(tmp_path, monkeypatch, rewards):
+    """Three correct spellings of 18 (\\boxed{18}, \\boxed{18.00}, \\boxed{\\frac{36}{2}}) are one solution."""
+    texts = ["\\boxed{18}", "\\boxed{18.00}", "\\boxed{\\frac{36}{2}}", "\\boxed{17}"]
+    monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _fixed_texts(lambda p: texts))
+    res = run_eval("scripted", "gsm8k", n=4, limit=1, output_dir=tmp_path / "m", semantic=False, progress=False)
+    prob = res["problems"][0]
+    # two distinct strings among the correct answers ("18.00" is normalised to "18"), one value
+    assert prob["c"] == 3 and prob["answers"] == ["18", "18", "\\frac{36}{2}", "17"]
+    assert res["summary"]["solution_multiplicity"] == {"mean": 1.0, "mean_solved": 1.0}

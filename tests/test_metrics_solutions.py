@@ -9,6 +9,7 @@ from exploration_trl.metrics import (
     unsolvable_overlap,
     unsolvable_problems,
 )
+from exploration_trl.metrics.solutions import math_answers_equivalent
 
 CORRECT = [
     [0, 0, 0, 0],  # 0: never solved
@@ -78,6 +79,24 @@ def test_solution_multiplicity_hand_worked():
     assert math.isnan(mean_solution_multiplicity([], []))
     # non-string answers are left untouched by the default normalisation
     assert solution_multiplicity([[1, 1.0, 2, 3]], [[1, 1, 1, 0]]) == [2]
+
+
+def test_solution_multiplicity_up_to_math_verify_equivalence():
+    """DS-GRPO counts distinct correct solutions: "1/2", "\\frac{1}{2}" and "0.5" are one answer, not three."""
+    assert math_answers_equivalent("1/2", "\\frac{1}{2}") and math_answers_equivalent("0.5", "\\frac{1}{2}")
+    assert math_answers_equivalent("3", "3.0") and math_answers_equivalent("\\sqrt{2}", "2^{1/2}")
+    assert not math_answers_equivalent("1/2", "1/3") and not math_answers_equivalent("1/2", None)
+    answers = [
+        ["1/2", "\\frac{1}{2}", "0.5", "2/4", "1/3"],  # all correct: {1/2} and {1/3} -> 2
+        ["\\sqrt{2}", "2^{1/2}", "1.41"],               # sqrt(2) twice and a wrong 1.41 -> 1
+        ["x=1/2", "x=1/2"],                              # exact duplicates, merged before parsing -> 1
+        ["\\unparsable{", "\\unparsable{", "7"],       # unparsable: equal only to itself -> 2
+    ]
+    correct = [[1, 1, 1, 1, 1], [1, 1, 0], [1, 1], [1, 1, 1]]
+    # as strings: 5, 2, 1, 2
+    assert solution_multiplicity(answers, correct) == [5, 2, 1, 2]
+    assert solution_multiplicity(answers, correct, equivalent=math_answers_equivalent) == [2, 1, 1, 2]
+    assert mean_solution_multiplicity(answers, correct, equivalent=math_answers_equivalent) == pytest.approx(1.5)
 
 
 def test_solution_multiplicity_errors():

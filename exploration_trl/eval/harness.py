@@ -235,6 +235,7 @@ def summarize(
         mean_solution_multiplicity,
         pass_at_k_curve,
     )
+    from exploration_trl.metrics.solutions import math_answers_equivalent
 
     if not rows:
         raise EvalError("no finished problems to summarise")
@@ -259,10 +260,13 @@ def summarize(
     summary["mean_completion_tokens"] = _mean(tokens)
     reasons = [f for r in rows for f in (r.get("finish_reasons") or [])]
     summary["truncated_fraction"] = (sum(f == "length" for f in reasons) / len(reasons)) if reasons else None
+    # Math answers count once per value up to math-verify equivalence ("1/2", "\\frac{1}{2}", "0.5"), as DS-GRPO Eq. 2
+    # counts distinct solutions; countdown equations are distinct as strings.
+    same = math_answers_equivalent if answer_type == "math" else None
     summary["solution_multiplicity"] = (
         {
-            "mean": mean_solution_multiplicity(answers, correct),
-            "mean_solved": mean_solution_multiplicity(answers, correct, solved_only=True),
+            "mean": mean_solution_multiplicity(answers, correct, equivalent=same),
+            "mean_solved": mean_solution_multiplicity(answers, correct, solved_only=True, equivalent=same),
         }
         if has_answers
         else None

@@ -13,6 +13,7 @@ __all__ = [
     "solution_multiplicity",
     "mean_solution_multiplicity",
     "default_normalize",
+    "math_answers_equivalent",
 ]
 
 
@@ -92,10 +93,43 @@ def default_normalize(answer: Any) -> Any:
     return answer.strip() if isinstance(answer, str) else answer
 
 
+def math_answers_equivalent(a: Any, b: Any) -> bool:
+    """Whether two final math answers are the same value by math-verify (``"1/2"``, ``"\\frac{1}{2}"`` and ``"0.5"``
+    are one answer): each is read as ``\\boxed{...}`` and verified against the other, in both directions. Equal
+    strings are equivalent without parsing; an answer math-verify cannot parse is equivalent only to itself."""
+    if a == b:
+        return True
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    from exploration_trl.rewards.math import _math_verify  # lazy: math-verify loads sympy
+
+    mv = _math_verify()
+    try:
+        pa = mv.parse("\\boxed{" + a + "}", parsing_timeout=None)
+        pb = mv.parse("\\boxed{" + b + "}", parsing_timeout=None)
+        return bool(pa and pb and (mv.verify(pa, pb, timeout_seconds=None) or mv.verify(pb, pa, timeout_seconds=None)))
+    except Exception:  # noqa: BLE001 - an answer the verifier cannot handle counts as its own string
+        return False
+
+
+def _count_classes(values: list, equivalent: Callable[[Any, Any], bool] | None) -> int:
+    """Distinct values, or with `equivalent` the number of classes: each value joins the first class whose first
+    member it is equivalent to (exact duplicates are merged before any comparison)."""
+    distinct = list(dict.fromkeys(values))
+    if equivalent is None:
+        return len(distinct)
+    reps: list = []
+    for v in distinct:
+        if not any(equivalent(r, v) for r in reps):
+            reps.append(v)
+    return len(reps)
+
+
 def solution_multiplicity(
     answers: Sequence[Sequence[Any]],
     correct: Sequence[Sequence[Any]],
     normalize: Callable[[Any], Any] | None = None,
+    equivalent: Callable[[Any, Any], bool] | None = None,
 ) -> list[int]:
     """Number of distinct correct answers per problem (DS-GRPO, Eq. 2).
 
@@ -105,6 +139,9 @@ def solution_multiplicity(
         correct: per problem, aligned 0/1 (bool) correctness flags.
         normalize: applied to each answer before de-duplication; default :func:`default_normalize`
             (strip whitespace).  Must return a hashable value.
+        equivalent: optional ``(a, b) -> bool``; answers it judges equal count once (e.g.
+            :func:`math_answers_equivalent`, so ``"1/2"``, ``"\\frac{1}{2}"`` and ``"0.5"`` are one answer). Default:
+            equal normalised values only.
 
     Returns:
         ``list[int]``, one count per problem (0 for problems without a correct answer).
@@ -117,7 +154,7 @@ def solution_multiplicity(
         ans, cor = list(ans), list(cor)
         if len(ans) != len(cor):
             raise ValueError(f"problem {p} has {len(ans)} answers but {len(cor)} correctness flags")
-        out.append(len({norm(a) for a, c in zip(ans, cor) if a is not None and bool(c)}))
+        out.append(_count_classes([norm(a) for a, c in zip(ans, cor) if a is not None and bool(c)], equivalent))
     return out
 
 
@@ -127,13 +164,14 @@ def mean_solution_multiplicity(
     normalize: Callable[[Any], Any] | None = None,
     *,
     solved_only: bool = False,
+    equivalent: Callable[[Any, Any], bool] | None = None,
 ) -> float:
-    """Mean of :func:`solution_multiplicity` over problems.
+    """Mean of :func:`solution_multiplicity` over problems (``equivalent`` as there).
 
     With ``solved_only=True`` the mean is taken over problems with at least one correct answer.
     Returns NaN when no problem qualifies.
     """
-    counts = solution_multiplicity(answers, correct, normalize)
+    counts = solution_multiplicity(answers, correct, normalize, equivalent)
     if solved_only:
         counts = [c for c in counts if c > 0]
     if not counts:
