@@ -46,7 +46,7 @@ DEFAULT_CORRECT_THRESHOLD = 0.0
 def is_correct(reward: Any, threshold: float = DEFAULT_CORRECT_THRESHOLD) -> Any:
     """The one definition of a correct completion: its total reward is strictly above `threshold`.
 
-    Used by the training metrics, DS-GRPO and ProGRPO's `all_wrong` / `keep_sign` options (with the config's
+    Used by the training metrics, DS-GRPO and ProGRPO's group-skip rule and `keep_sign` option (with the config's
     `correct_reward_threshold`) and by `exploration-trl eval` (with the default, 0). A missing reward (None, NaN)
     is wrong. Works on a float or elementwise on a tensor / array (`NaN > x` is False).
 

@@ -56,7 +56,7 @@ class ExplorationGRPOConfig(GRPOConfig):
     correct_reward_threshold: float = field(
         default=DEFAULT_CORRECT_THRESHOLD,
         metadata={"help": "A completion is correct when its total (weighted) reward is above this (metrics, DS-GRPO, "
-                  "ProGRPO's all_wrong/keep_sign; `exploration_trl.rewards.is_correct`). Raise it above any partial "
+                  "ProGRPO's group-skip rule and keep_sign; `exploration_trl.rewards.is_correct`). Raise it above any partial "
                   "credit, e.g. 0.5 with a 0.1 format bonus."},
     )
     rollout_logps_from_generation: bool = field(

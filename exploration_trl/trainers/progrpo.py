@@ -31,7 +31,9 @@ class ProGRPOConfig(ExplorationGRPOConfig):
     progrpo_skip_groups: str = field(
         default="all_equal",
         metadata={"help": "Groups that keep GRPO's advantage: 'all_equal' (Algorithm 1: all-wrong and all-right "
-                  "groups) or 'all_wrong' (Eq. 4 as printed: only groups with no correct completion)."},
+                  "groups) or 'all_wrong' (Eq. 4 as printed: only groups with no correct completion). Both judge "
+                  "correctness (reward > correct_reward_threshold), not equal rewards: set the threshold above any "
+                  "partial credit (0.5 with a 0.1 format bonus)."},
     )
     progrpo_keep_sign: bool = field(
         default=False,
