@@ -161,8 +161,8 @@ METHOD_PAPERS: dict[str, tuple[str, str, str]] = {
     ),
     "dsgrpo": (
         "DS-GRPO (differential smoothing)",
-        "An entropy bonus on correct completions and an entropy penalty on wrong ones, through the log-probability "
-        "of each token (`ds_logp_granularity`: per token by default, or the completion's mean or sum).",
+        "An entropy bonus on correct completions and an entropy penalty on wrong ones, through each completion's "
+        "log-probability (`ds_logp_granularity`: the trajectory's sum by default, or per token, or the mean).",
         "gai2025differential",
     ),
     "casp": (
