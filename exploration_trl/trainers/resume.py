@@ -26,6 +26,7 @@ TRL/transformers behaviours relied on (pinned in `tests/test_trl_contract.py`):
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import torch
@@ -67,6 +68,28 @@ class ResumeMixin:
             "generators": {name: g.get_state() for name, g in vars(self).items() if isinstance(g, torch.Generator)},
             "metrics": {name: list(values) for name, values in self._metrics["train"].items()},
         }
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """A checkpoint folder that already exists (a run restarted in the same output_dir without resuming) is moved
+        aside while the new one is written and put back if writing fails (a full disk), so it is never truncated.
+        Relies on transformers writing checkpoint `checkpoint-<global_step>` under `_get_output_dir(trial)`."""
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        kept = os.path.join(os.path.dirname(folder), f".previous-{os.path.basename(folder)}")
+        moved = bool(self.args.should_save and os.path.isdir(folder))
+        if moved:
+            shutil.rmtree(kept, ignore_errors=True)
+            os.rename(folder, kept)
+        if self.args.world_size > 1:
+            self.accelerator.wait_for_everyone()  # no process writes into the folder before it is moved aside
+        try:
+            super()._save_checkpoint(model, trial)
+        except BaseException:
+            if moved:
+                shutil.rmtree(folder, ignore_errors=True)
+                os.rename(kept, folder)
+            raise
+        if moved:
+            shutil.rmtree(kept, ignore_errors=True)
 
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)
