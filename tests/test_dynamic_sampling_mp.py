@@ -1,4 +1,5 @@
-"""Dynamic sampling under real 2-process DDP (gloo, CPU) equals 1 process on the same global batch, for every method.
+"""Dynamic sampling under real 2-process DDP (gloo, CPU) and DeepSpeed ZeRO-3 equals 1 process on the same global
+batch, for every method.
 
 Global batch 12 = 3 groups of 4, so with 2 processes of 6 rows the middle group spans both. Half the prompts have a
 constant reward (tests/ds_mp_driver.py), so most generation batches drop groups and refill from later rounds; the
@@ -27,15 +28,15 @@ def runs(tmp_path_factory):
     ckpt = toy_checkpoint(tmp / "ckpt", tie_word_embeddings=True)
 
     @cache
-    def launch(processes: int):
-        out = tmp / f"p{processes}"
+    def launch(engine: str):
+        out = tmp / engine
         driver = [str(TESTS / "ds_mp_driver.py"), str(out), "--ckpt", ckpt, "--methods", ",".join(METHODS)]
-        if processes == 1:
+        if engine == "plain":  # one process, no launcher
             cmd = [sys.executable, *driver]
         else:
-            cmd = [_accelerate(), "launch", "--config_file", str(_engine_config(tmp, "ddp", 2)), *driver]
+            cmd = [_accelerate(), "launch", "--config_file", str(_engine_config(tmp, engine, 2)), *driver]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=_env())
-        assert proc.returncode == 0, f"{processes} processes failed:\n{proc.stderr[-4000:]}"
+        assert proc.returncode == 0, f"{engine} failed:\n{proc.stderr[-4000:]}"
         return out
 
     return launch
@@ -51,8 +52,9 @@ def _log(folder, key):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_two_processes_equal_one(method, runs):
-    two, one = runs(2) / method, runs(1) / method
+@pytest.mark.parametrize("engine", ["ddp", "zero3"])
+def test_two_processes_equal_one(engine, method, runs):
+    two, one = runs(engine) / method, runs("plain") / method
     assert json.loads((two / "run.json").read_text())["num_processes"] == 2
     rounds = _log(two, "dynamic_sampling/rounds")
     assert rounds == _log(one, "dynamic_sampling/rounds") and max(rounds) >= 2  # refills happened, alike
