@@ -9,6 +9,7 @@
 """
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -78,11 +79,31 @@ def test_dsgrpo_default_is_the_trajectory_form_and_bad_value_is_one_line(ckpt, t
         et.DSGRPOConfig(**grpo_kwargs(tmp_path, ds_logp_granularity="mean"))
 
 
+def test_dsgrpo_warns_once_when_the_shift_outweighs_the_advantages(ckpt, tmp_path):
+    """Row sums -3, -4, -4, -2 (2, 3, 1, 2 valid tokens). gamma 0.5: shifts 1.5, 2, 2, 1 on every token of the row,
+    mean |shift| = (3 + 6 + 2 + 2) / 8 = 1.625 against mean |A| = (0.04 + 0.06) / 8 = 0.0125: warned once, logged."""
+    trainer = make("dsgrpo", ckpt, tmp_path, ds_gamma_p=0.5, ds_gamma_n=0.5)
+    with pytest.warns(UserWarning, match=r"DS-GRPO: the smoothing shift \(mean \|gamma \* L\| 1.62 per token\) is "
+                      r"larger than GRPO's advantages \(mean \|A\| 0.0125\).*grows with its length"):
+        trainer._compute_advantages(batch())
+    assert trainer._metrics["train"]["dsgrpo/shift_abs_mean"][-1] == pytest.approx(1.625)
+    assert trainer._metrics["train"]["dsgrpo/advantage_abs_mean"][-1] == pytest.approx(0.0125)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer._compute_advantages(batch())  # once per run
+    # gamma 0.01 with advantages of size 1: mean |shift| (0.06 + 0.12 + 0.04 + 0.04) / 8 = 0.0325 < 1, no warning
+    trainer = make("dsgrpo", ckpt, tmp_path / "small")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer._compute_advantages(batch(advantages=T([1.0, -1.0, 1.0, -1.0])))
+    assert trainer._metrics["train"]["dsgrpo/shift_abs_mean"][-1] == pytest.approx(0.0325)
+
+
 def test_dsgrpo_token_granularity_trains_with_ppl_shaping(ckpt, tmp_path):
     """Per-token DS-GRPO advantages then STILL perplexity shaping (which scales each row) run end to end."""
     cls = et.get_trainer_class("dsgrpo")
     trainer = train(cls, cls.config_class, ckpt, tmp_path, ds_gamma_p=0.5, ds_gamma_n=0.5, ppl_shaping_alpha=0.5,
-                    max_steps=2)
+                    max_steps=2, ds_logp_granularity="token")
     assert trainer.state.global_step == 2
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -69,9 +70,33 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
         delta = (broadcast_advantages(new, shape) - broadcast_advantages(advantages, shape)) * mask
         right = is_correct(rewards, self.args.correct_reward_threshold)[:, None]
         correct, wrong = right & mask.bool(), ~right & mask.bool()
-        # Sums and counts, reduced across processes: mean bonus on correct tokens, mean penalty on wrong tokens.
+        valid = mask.bool()
+        shift_abs = delta.abs()[valid].sum().item()
+        adv_abs = (broadcast_advantages(advantages, shape).abs() * mask)[valid].sum().item()
+        n_valid = valid.sum().item()
+        # Sums and counts, reduced across processes: mean bonus on correct tokens, mean penalty on wrong tokens, and
+        # the size of the shift against GRPO's advantages.
         self._log_loss_state_metrics({"metrics": {
             "dsgrpo/bonus_mean": (delta[correct].sum().item(), correct.sum().item()),
             "dsgrpo/penalty_mean": (delta[wrong].sum().item(), wrong.sum().item()),
+            "dsgrpo/shift_abs_mean": (shift_abs, n_valid),
+            "dsgrpo/advantage_abs_mean": (adv_abs, n_valid),
         }})
+        self._warn_if_shift_dominates(shift_abs / max(n_valid, 1), adv_abs / max(n_valid, 1))
         return new
+
+    def _warn_if_shift_dominates(self, shift: float, adv: float):
+        """Once per run: the smoothing term outweighs GRPO's advantages (the trajectory log-prob grows with length)."""
+        if shift <= adv or adv == 0.0 or getattr(self, "_warned_shift", False):
+            return
+        self._warned_shift = True
+        warnings.warn(
+            f"DS-GRPO: the smoothing shift (mean |gamma * L| {shift:.3g} per token) is larger than GRPO's advantages "
+            f"(mean |A| {adv:.3g}) on this step. With ds_logp_granularity={self.args.ds_logp_granularity} L is "
+            + ("the completion's log-probability, a sum that grows with its length, so long completions are ranked "
+               "by log-probability more than by reward. " if self.args.ds_logp_granularity == "sequence_sum" else
+               "the rollout log-probability. ")
+            + "Lower ds_gamma_p / ds_gamma_n, or set ds_logp_granularity: sequence_mean or token (README). Shown "
+            "once; logged every step as dsgrpo/shift_abs_mean and dsgrpo/advantage_abs_mean.",
+            UserWarning, stacklevel=2,
+        )
