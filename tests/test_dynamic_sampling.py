@@ -164,17 +164,51 @@ def test_exhausted_rounds_error_when_asked(ckpt, tmp_path):
               max_steps=1, dynamic_sampling=True, dynamic_sampling_max_rounds=1, dynamic_sampling_on_exhausted="error")
 
 
-@pytest.mark.parametrize("method,neutral", [("grpo", {}), ("progrpo", dict(progrpo_alpha=0.0)),
-                                            ("casp", dict(casp_alpha=0.0, casp_top1_penalty=1.0))])
-def test_nothing_dropped_equals_trl(method, neutral, ckpt, tmp_path):
+#: Each method at its neutral values, where it trains exactly as TRL (as tests/test_equivalence.py; off-policy here,
+#: so the Cov presets' clip ranges are set back to TRL's).
+NEUTRAL = {
+    "grpo": {},
+    "progrpo": dict(progrpo_alpha=0.0),
+    "dsgrpo": dict(ds_gamma_p=0.0, ds_gamma_n=0.0),
+    "casp": dict(casp_alpha=0.0, casp_top1_penalty=1.0),
+    "kl_cov": dict(kl_cov_ratio=0.0, epsilon=0.2),
+    "clip_cov": dict(clip_cov_ratio=0.0, clip_cov_lb=1e8, clip_cov_ub=1e9, epsilon=0.2),
+}
+
+
+@pytest.fixture(scope="module")
+def trl_reference(ckpt, tmp_path_factory):
+    """TRL's GRPOTrainer, 4 steps, a generation batch every 2 steps (TRL computes old log-probs)."""
+    return train(GRPOTrainer, GRPOConfig, ckpt, tmp_path_factory.mktemp("trl"), reward=diverse_reward,
+                 epsilon_high=0.28, steps_per_generation=2, max_steps=4)
+
+
+@pytest.mark.parametrize("method", list(NEUTRAL))
+def test_nothing_dropped_equals_trl(method, ckpt, trl_reference, tmp_path):
     """Every group varies: dynamic sampling keeps round 0 as it is, and training equals TRL's GRPOTrainer."""
-    common = dict(reward=diverse_reward, epsilon_high=0.28, steps_per_generation=2, max_steps=4)
-    reference = train(GRPOTrainer, GRPOConfig, ckpt, tmp_path / "trl", **common)
     cls = et.get_trainer_class(method)
-    trainer = train(cls, cls.config_class, ckpt, tmp_path / "ds", dynamic_sampling=True,
-                    dynamic_sampling_metric="reward", **common, **neutral)
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=diverse_reward, epsilon_high=0.28,
+                    steps_per_generation=2, max_steps=4, dynamic_sampling=True, dynamic_sampling_metric="reward",
+                    **NEUTRAL[method])
     assert _ds_log(trainer, "dynamic_sampling/dropped_groups") == [0.0, 0.0]  # guards against a vacuous pass
-    assert max_param_diff(reference, trainer) <= 1e-6
+    assert max_param_diff(trl_reference, trainer) <= 1e-6
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch"])
+def test_advantages_are_normalised_over_kept_groups_only(scale_rewards, ckpt, tmp_path):
+    """TRL's advantages of the final batch, by hand from its rewards: group mean, and the std of the group or of the
+    whole kept batch (`scale_rewards`), with TRL's 1e-4. Dropped groups take no part in either."""
+    train(et.ExplorationGRPOTrainer, et.ExplorationGRPOConfig, ckpt, tmp_path, reward=partly_constant_reward,
+          max_steps=4, per_device_train_batch_size=8, scale_rewards=scale_rewards, dynamic_sampling=True,
+          dynamic_sampling_metric="reward", debug_rollout_dir=str(tmp_path / "d"))
+    dumps = _dumps(tmp_path / "d")
+    assert len(dumps) == 4
+    for d in dumps:
+        r = d["rewards"].view(-1, 4).double()
+        assert (r.min(dim=1).values < r.max(dim=1).values).all()
+        std = r.std(dim=1, keepdim=True) if scale_rewards == "group" else r.flatten().std()
+        expected = ((r - r.mean(dim=1, keepdim=True)) / (std + 1e-4)).flatten()
+        assert torch.allclose(d["advantages"].double(), expected, atol=1e-5)
 
 
 def test_dropping_changes_training(ckpt, tmp_path):
