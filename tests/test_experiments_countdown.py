@@ -78,6 +78,15 @@ def _parse(*argv):
     return parser.parse_args(["countdown-tiny", *argv])
 
 
+def test_output_dir_flag_keeps_the_old_spelling_as_a_hidden_alias(capsys):
+    assert _parse("--output-dir", "a").output == "a" and _parse("--output", "b").output == "b"
+    assert _parse().output is None  # main_from_args picks runs/countdown_tiny, _sweep or _sft
+    with pytest.raises(SystemExit):
+        _parse("--help")
+    shown = capsys.readouterr().out
+    assert "--output-dir OUTPUT_DIR" in shown and shown.count("--output") == shown.count("--output-dir")  # alias hidden
+
+
 def test_bad_cli_input(tmp_path):
     with pytest.raises(ValueError, match="--methods"):
         cd.main_from_args(_parse("--methods", "grpo,foo", "--output", str(tmp_path)))
@@ -89,7 +98,8 @@ def test_bad_cli_input(tmp_path):
 
 def test_quick_end_to_end(tmp_path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
-    args = _parse("--quick", "--methods", "grpo,casp", "--workers", "1", "--output", str(out), "--cache-dir", str(cache))
+    args = _parse("--quick", "--methods", "grpo,casp", "--workers", "1", "--output-dir", str(out),
+                  "--cache-dir", str(cache))
     assert cd.main_from_args(args) == 0
     printed = capsys.readouterr().out
     assert "pass@1 %" in printed and "| casp" in printed

@@ -136,6 +136,15 @@ def _parse(*argv):
     return parser.parse_args(["tree", *argv])
 
 
+def test_output_dir_flag_keeps_the_old_spelling_as_a_hidden_alias(capsys):
+    assert _parse("--output-dir", "a").output == "a" and _parse("--output", "b").output == "b"
+    assert _parse().output is None  # main_from_args picks runs/tree or runs/tree_sweep
+    with pytest.raises(SystemExit):
+        _parse("--help")
+    shown = capsys.readouterr().out
+    assert "--output-dir OUTPUT_DIR" in shown and shown.count("--output") == shown.count("--output-dir")  # alias hidden
+
+
 def test_bad_cli_input_is_a_one_line_value_error(tmp_path):
     with pytest.raises(ValueError, match="--methods: unknown method 'nope'"):
         tree.main_from_args(_parse("--methods", "grpo,nope", "--output", str(tmp_path)))
@@ -151,7 +160,7 @@ def test_tree_short_run(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("casp:\n  casp_alpha: 0.5\n")
     args = _parse("--methods", "grpo,casp", "--seeds", "0", "--steps", "6", "--num-generations", "8",
-                  "--config", str(cfg), "--trace-every", "3", "--output", str(tmp_path / "out"))
+                  "--config", str(cfg), "--trace-every", "3", "--output-dir", str(tmp_path / "out"))
     assert tree.main_from_args(args) == 0
     out = capsys.readouterr().out
     assert "| grpo" in out and "| casp" in out and "accuracy" in out

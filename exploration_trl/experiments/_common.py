@@ -5,6 +5,7 @@ Nothing here imports torch or TRL at module level, so `exploration-trl --help` s
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -59,6 +60,12 @@ def parse_int_list(value: str, flag: str, minimum: int = 0) -> list[int]:
 def check_positive(value: int | float, flag: str, minimum: int | float = 1) -> None:
     if value is None or value < minimum:
         raise ValueError(f"{flag} must be >= {minimum}, got {value}")
+
+
+def add_output_dir(parser: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
+    """`--output-dir DIR` into `args.output`, with the old spelling `--output` kept as a hidden alias."""
+    parser.add_argument("--output-dir", dest="output", metavar="OUTPUT_DIR", default=default, help=help)
+    parser.add_argument("--output", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def method_names() -> list[str]:

@@ -16,7 +16,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from . import _common, countdown_tiny, frontier
+from . import _common, frontier
+from .countdown_tiny.rl import prepare, rl_and_eval
+from .countdown_tiny.task import Settings
 from .frontier import grid
 
 #: The default grid (published settings as in `tree_sweep.TREE_GRID`; strengths span >= 100x around them). Smaller
@@ -75,22 +77,21 @@ def _metrics(eval_result: dict[str, Any]) -> dict[str, Any]:
             "distinct_correct": (s.get("solution_multiplicity") or {}).get("mean"), "entropy": s.get("token_entropy")}
 
 
-def sweep_job(method: str, setting: dict[str, Any], seed: int, settings: countdown_tiny.Settings, ckpt: Path,
+def sweep_job(method: str, setting: dict[str, Any], seed: int, settings: Settings, ckpt: Path,
               train: list[dict], bench, output: Path, name: str, base_overrides: dict[str, Any] | None) -> dict:
     """One (method, setting, RL seed) run reduced to its frontier metrics (a job for `_common.run_jobs`)."""
     seeded = replace(settings, rl=replace(settings.rl, seed=seed))
-    r = countdown_tiny.rl_and_eval(method, seeded, ckpt, train, bench, output, {**(base_overrides or {}), **setting},
-                                   name=name)
+    r = rl_and_eval(method, seeded, ckpt, train, bench, output, {**(base_overrides or {}), **setting}, name=name)
     return {"method": method, "setting": setting, "seed": seed, **_metrics(r["eval"]), "rl": r["rl"],
             "eval_seconds": r["eval_seconds"], "cpu_seconds": r["cpu_seconds"]}
 
 
-def run_sweep(points: list[frontier.Point], settings: countdown_tiny.Settings, rl_seeds: list[int], output: Path,
+def run_sweep(points: list[frontier.Point], settings: Settings, rl_seeds: list[int], output: Path,
               cache_dir: Path, overrides: dict[str, dict] | None = None, plot: bool = True, workers: int = 1,
               threads: int | None = 1, log=print) -> dict[str, Any]:
     output = Path(output)
     with _common.Timer() as total:
-        ws = countdown_tiny.prepare(settings, cache_dir, output, threads, log)
+        ws = prepare(settings, cache_dir, output, threads, log)
         jobs = [(m, dict(s), seed, settings, ws.checkpoint, ws.train, ws.bench, output, f"p{i:03d}_seed{seed}",
                  (overrides or {}).get(m)) for i, (m, s) in enumerate(points) for seed in rl_seeds]
         done = [0]
@@ -140,7 +141,7 @@ def run_sweep(points: list[frontier.Point], settings: countdown_tiny.Settings, r
     return result
 
 
-def main_sweep(args, settings: countdown_tiny.Settings, cache_dir: Path) -> int:
+def main_sweep(args, settings: Settings, cache_dir: Path) -> int:
     points, methods = frontier.sweep_points(args, COUNTDOWN_GRID, QUICK_GRID)
     rl_seeds = _common.parse_int_list(args.rl_seeds, "--rl-seeds") if args.rl_seeds else [settings.seed]
     overrides = _common.load_overrides(args.config, methods)

@@ -2,7 +2,7 @@
 
 Coefficients tuned for 2,000-token LLM responses have little to act on in a 3-token tree, so each method is trained
 at its published setting *and* at strengths spanning at least 100x around it (`TREE_GRID`), over the given seeds,
-with the same budget as `tree`. Writes, in `--output`:
+with the same budget as `tree`. Writes, in `--output-dir`:
 
 * `frontier.json`: `{"rows": [{"method", "setting", "seeds", "accuracy", "modes_covered", "entropy",
   "largest_mode"}, ...]}` (each metric `{"mean", "std"}` over seeds; the initial policy is the row
@@ -19,8 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _common, frontier, tree
+from . import _common, frontier
 from .frontier import grid
+from .tree.task import TreeTask
+from .tree.train import DEFAULT_SWEEP_SEEDS, QUICK_SWEEP_SEEDS, TrainSettings, train_one
 
 #: The default grid. Published settings: CaSP alpha 0.01, tau 0.8, N 3, lambda 1.1; ProGRPO alpha 0.3; DS-GRPO
 #: gamma_p = gamma_n = 0.01 (token granularity by default); KL-Cov ratio 0.002, coef 1; Clip-Cov ratio 2e-4.
@@ -72,10 +74,10 @@ COLUMNS = [("accuracy", "accuracy", 3, 1.0), ("modes_covered", "modes (>=1%)", 2
 PREFIXES = ("casp_", "progrpo_", "ds_", "kl_cov_", "clip_cov_")
 
 
-def sweep_job(task: tree.TreeTask, method: str, setting: dict[str, Any], seed: int, settings: tree.TrainSettings,
+def sweep_job(task: TreeTask, method: str, setting: dict[str, Any], seed: int, settings: TrainSettings,
               output_dir: Path, base_overrides: dict[str, Any] | None) -> dict[str, Any]:
     """One (method, setting, seed) run, reduced to what the frontier needs (a job for `_common.run_jobs`)."""
-    run = tree.train_one(task, method, seed, settings, output_dir, {**(base_overrides or {}), **setting})
+    run = train_one(task, method, seed, settings, output_dir, {**(base_overrides or {}), **setting})
     return {"method": method, "setting": setting, "seed": seed, **_metrics(run["final"]), "init": _metrics(run["init"]),
             "seconds": run["seconds"], "cpu_seconds": run["cpu_seconds"],
             "invalid_completions": run["invalid_completions"], "train_metrics": run["train_metrics"]}
@@ -94,8 +96,8 @@ def initial_row(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return rows[0]
 
 
-def run_sweep(task: tree.TreeTask, points: Sequence[frontier.Point], seeds: Sequence[int],
-              settings: tree.TrainSettings, output: str | Path, overrides: dict[str, dict[str, Any]] | None = None,
+def run_sweep(task: TreeTask, points: Sequence[frontier.Point], seeds: Sequence[int],
+              settings: TrainSettings, output: str | Path, overrides: dict[str, dict[str, Any]] | None = None,
               plot: bool = True, workers: int = 1, threads: int | None = 1, log=print) -> dict[str, Any]:
     """Train every grid point over `seeds`; write frontier.json/.png, sweep.json and best_settings.yaml."""
     output = Path(output)
@@ -157,11 +159,11 @@ def write_best_settings(path: Path, found: Mapping[str, Any], points: Sequence[f
     return path
 
 
-def main_sweep(args, task: tree.TreeTask, settings: tree.TrainSettings) -> int:
+def main_sweep(args, task: TreeTask, settings: TrainSettings) -> int:
     if args.trace_every:
         raise ValueError("--trace-every does not apply to --sweep; drop it")
     points, methods = frontier.sweep_points(args, TREE_GRID, QUICK_GRID)
-    seeds = _common.parse_int_list(args.seeds or (tree.QUICK_SWEEP_SEEDS if args.quick else tree.DEFAULT_SWEEP_SEEDS),
+    seeds = _common.parse_int_list(args.seeds or (QUICK_SWEEP_SEEDS if args.quick else DEFAULT_SWEEP_SEEDS),
                                    "--seeds")
     overrides = _common.load_overrides(args.config, methods)
     output = Path(args.output or "runs/tree_sweep")
