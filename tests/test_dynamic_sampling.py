@@ -263,3 +263,14 @@ def test_replayed_generation_logps_equal_a_recomputed_pass(ckpt, tmp_path):
     assert added_passes == [False] * 3
     assert sum(_ds_log(replayed, "dynamic_sampling/dropped_groups")) >= 1
     assert max_param_diff(replayed, recomputed) <= 1e-5
+
+
+def test_train_help_lists_the_keys(capsys):
+    from exploration_trl.cli import main
+
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    for key, default in (("dynamic_sampling", "False"), ("dynamic_sampling_metric", "'correct'"),
+                         ("dynamic_sampling_max_rounds", "10"), ("dynamic_sampling_on_exhausted", "'fill'")):
+        assert f"  {key} = {default}" in out, key
+    assert "DAPO's dynamic sampling (Sec. 3.2, Eq. 11): drop groups whose rewards do not" in out

@@ -106,26 +106,18 @@ class ExplorationGRPOConfig(GRPOConfig):
     )
     dynamic_sampling: bool = field(
         default=False,
-        metadata={"help": "DAPO's dynamic sampling (Sec. 3.2, Eq. 11; verl's filter_groups): drop groups whose "
-                  "rewards do not vary and generate more prompts until the generation batch is full. Costs extra "
-                  "generation rounds (logged as dynamic_sampling/rounds). Not in TRL."},
+        metadata={"help": "DAPO's dynamic sampling (Sec. 3.2, Eq. 11): drop groups whose rewards do not vary, "
+                  "generate more prompts until the batch is full (README)."},
     )
     dynamic_sampling_metric: str = field(
         default="correct",
-        metadata={"help": "What must vary within a group for it to be kept: 'correct' (DAPO Eq. 11, verl's "
-                  "metric: acc: some but not all completions correct, by correct_reward_threshold) or 'reward' "
-                  "(verl's metric: score: the total rewards are not all equal)."},
+        metadata={"help": "What must vary: 'correct' (DAPO; correct_reward_threshold) or 'reward'."},
     )
     dynamic_sampling_max_rounds: int = field(
-        default=10,
-        metadata={"help": "Most extra generation rounds per generation batch (verl's DAPO recipe: "
-                  "max_num_gen_batches 10). When they do not find enough varying groups, see "
-                  "dynamic_sampling_on_exhausted."},
+        default=10, metadata={"help": "Most extra generation rounds per batch (verl's DAPO recipe: 10)."}
     )
     dynamic_sampling_on_exhausted: str = field(
-        default="fill",
-        metadata={"help": "When max rounds leave the batch short: 'fill' it with the earliest dropped groups (no "
-                  "GRPO advantage; warned once, logged as dynamic_sampling/filled_groups) or 'error' (stop, as verl)."},
+        default="fill", metadata={"help": "Rounds ran out: 'fill' with dropped groups (warned) or 'error'."}
     )
     debug_rollout_dir: str | None = field(
         default=None,
