@@ -60,6 +60,10 @@ class ExplorationGRPOTrainer(ResumeMixin, RolloutMixin, DynamicSamplingMixin, Ca
         self._loss_state: dict = {}
         self._ran_hooks: set[str] = set()  # hooks that acted on the current step (see `_check_hooks_ran`)
         self._metrics_generator = torch.Generator().manual_seed(int(self.args.seed))
+        if self.args.entropy_band is not None:
+            from .entropy_band import EntropyBandCallback
+
+            self.add_callback(EntropyBandCallback(self))
 
     # ------------------------------------------------------------------ what methods need
     def _needs_rollout_logps(self) -> bool:

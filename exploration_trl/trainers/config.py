@@ -123,6 +123,23 @@ class ExplorationGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Debugging: save each generation batch's rewards and advantages per process as .pt files."},
     )
+    entropy_band: list[float] | None = field(
+        default=None,
+        metadata={"help": "Two-sided entropy controller: [low, high] nats per token. After each optimizer step the "
+                  "knob entropy_band_knob moves toward the band (trainers/entropy_band.py); None switches it off."},
+    )
+    entropy_band_knob: str = field(
+        default="entropy_coef",
+        metadata={"help": "What the controller moves: entropy_coef (TRL's entropy bonus), kl_cov_coef, kl_cov_ratio, "
+                  "clip_cov_ratio, casp_alpha, ds_gamma_p or unlikely_beta (a key of the method's config)."},
+    )
+    entropy_band_rate: float = field(
+        default=0.1, metadata={"help": "Relative step of the knob per optimizer step: times or over (1 + rate)."})
+    entropy_band_min: float = field(default=1e-4, metadata={"help": "Smallest value of the knob (> 0: the step is "
+                                                                    "multiplicative)."})
+    entropy_band_max: float = field(default=1.0, metadata={"help": "Largest value of the knob."})
+    entropy_band_patience: int = field(
+        default=20, metadata={"help": "Warn (once) when entropy stays outside the band this many steps in a row."})
 
     # TRL turns checkpointing on through `gradient_checkpointing`, which transformers 5 deprecates (a FutureWarning
     # at every start); the same default is set here through the current name, `activation_checkpointing`.
@@ -169,6 +186,9 @@ class ExplorationGRPOConfig(GRPOConfig):
 
         check_heldout_config(self)
         check_divergence_config(self)
+        from .entropy_band import check_entropy_band
+
+        check_entropy_band(self)
 
 
 def has_accelerator() -> bool:

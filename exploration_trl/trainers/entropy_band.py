@@ -1,0 +1,120 @@
+"""A two-sided entropy controller (`entropy_band: [low, high]`): keeps the policy's token entropy inside a band by
+moving one method's strength knob, named by `entropy_band_knob`.
+
+TRL 1.16's own controller (`use_adaptive_entropy`) is one-sided: it only tunes the entropy-bonus coefficient, and
+applies the bonus only below `entropy_target`. This one acts on both sides and on any knob in `KNOBS`, each with the
+direction in which it raises entropy. After every optimizer step it reads the step's entropy (TRL's own `entropy`
+metric: the token-weighted mean of each micro-batch, already reduced over processes, so every process takes the same
+decision) and updates the knob (`entropy_band_update`):
+
+    below the band:  knob <- clip(knob * (1 + rate) ** d, min, max)
+    above the band:  knob <- clip(knob * (1 + rate) ** -d, min, max)
+    inside:          unchanged
+
+with `d = +1` for a knob that raises entropy. The step is multiplicative, so a knob at 0 is first raised to
+`entropy_band_min`. The knob's value is logged as `entropy_band/<knob>` each step; a warning is raised once when the
+entropy stays outside the band for `entropy_band_patience` consecutive steps (the knob may be at its bound, or too
+weak a lever for this run).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from transformers import TrainerCallback
+
+#: knob -> +1 when raising it raises the policy's entropy. `entropy_coef` is TRL's entropy-bonus coefficient.
+KNOBS = {
+    "entropy_coef": 1,
+    "kl_cov_coef": 1,
+    "kl_cov_ratio": 1,
+    "clip_cov_ratio": 1,
+    "casp_alpha": 1,
+    "ds_gamma_p": 1,
+    "unlikely_beta": 1,
+}
+
+
+def entropy_band_update(value: float, entropy: float, low: float, high: float, direction: int, rate: float,
+                        lo: float, hi: float) -> float:
+    """One bounded multiplicative step of the knob toward the band (see the module docstring)."""
+    if math.isnan(entropy) or low <= entropy <= high:
+        return value
+    value = max(value, lo)
+    sign = direction if entropy < low else -direction
+    return min(max(value * (1.0 + rate) ** sign, lo), hi)
+
+
+def check_entropy_band(config):
+    """One-line errors for the `entropy_band*` keys (called from `ExplorationGRPOConfig.__post_init__`)."""
+    band = config.entropy_band
+    if band is None:
+        return
+    if len(band) != 2 or not band[0] < band[1] or band[0] < 0:
+        raise ValueError(f"entropy_band is {band!r} but must be [low, high] with 0 <= low < high (nats per token)")
+    knob = config.entropy_band_knob
+    if knob not in KNOBS:
+        raise ValueError(f"entropy_band_knob is {knob!r}; choose one of {', '.join(KNOBS)}")
+    if not hasattr(config, knob):
+        raise ValueError(f"entropy_band_knob is {knob!r} but this method's config has no such key; use a method "
+                         f"that has it or entropy_band_knob: entropy_coef")
+    if not 0 < config.entropy_band_rate <= 1:
+        raise ValueError(f"entropy_band_rate is {config.entropy_band_rate} but must be in (0, 1] (a relative step)")
+    if not 0 < config.entropy_band_min < config.entropy_band_max:
+        raise ValueError(f"entropy_band_min ({config.entropy_band_min}) and entropy_band_max "
+                         f"({config.entropy_band_max}) must satisfy 0 < min < max")
+    if config.entropy_band_patience < 1:
+        raise ValueError(f"entropy_band_patience is {config.entropy_band_patience} but must be >= 1")
+    if knob == "entropy_coef" and getattr(config, "use_adaptive_entropy", False):
+        raise ValueError("entropy_band with entropy_band_knob: entropy_coef replaces TRL's one-sided controller; set "
+                         "use_adaptive_entropy: false")
+
+
+class EntropyBandCallback(TrainerCallback):
+    """Updates the knob at the end of every optimizer step (before the step's log, so the value is logged with it)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        args = trainer.args
+        self.knob = args.entropy_band_knob
+        self.outside = 0
+        self.warned = False
+        if self.knob == "entropy_coef":
+            # TRL 1.16 decides once, at init, whether its entropy bonus is on (`_entropy_bonus_enabled`) and reads
+            # `self.entropy_coef` on every micro-batch; a controlled coefficient must keep the bonus on.
+            trainer._entropy_bonus_enabled = True
+        self._set(getattr(args, self.knob))
+
+    def _get(self) -> float:
+        t = self.trainer
+        return float(t.entropy_coef if self.knob == "entropy_coef" else getattr(t.args, self.knob))
+
+    def _set(self, value: float):
+        t = self.trainer
+        if self.knob == "entropy_coef":
+            t.entropy_coef = value
+        setattr(t.args, self.knob, value)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        t = self.trainer
+        metrics = t._metrics["train"]
+        window = metrics.get("entropy", [])[-max(int(t.current_gradient_accumulation_steps), 1):]
+        if not window:
+            return
+        entropy = sum(window) / len(window)
+        low, high = args.entropy_band
+        new = entropy_band_update(self._get(), entropy, low, high, KNOBS[self.knob], args.entropy_band_rate,
+                                  args.entropy_band_min, args.entropy_band_max)
+        self._set(new)
+        metrics[f"entropy_band/{self.knob}"].append(new)
+        self.outside = 0 if low <= entropy <= high else self.outside + 1
+        if self.outside >= args.entropy_band_patience and not self.warned:
+            self.warned = True
+            side = "below" if entropy < low else "above"
+            bound = (" (the knob is at its bound: widen entropy_band_min/max or choose another knob)"
+                     if new in (args.entropy_band_min, args.entropy_band_max) else "")
+            warnings.warn(
+                f"entropy_band: the policy's entropy ({entropy:.3f}) has stayed {side} the band [{low}, {high}] for "
+                f"{self.outside} steps; {self.knob} is now {new:.4g}{bound}. Warned once.", UserWarning, stacklevel=2,
+            )
