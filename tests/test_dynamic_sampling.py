@@ -247,7 +247,7 @@ def test_replayed_generation_logps_equal_a_recomputed_pass(ckpt, tmp_path):
     """On-policy ProGRPO reads the rollout log-probs from generation; with dropped groups those of the kept rows
     are replayed. Training equals the run that recomputes them with one added forward pass."""
     common = dict(reward=partly_constant_reward, max_steps=3, dynamic_sampling=True, dynamic_sampling_metric="reward",
-                  progrpo_alpha=5.0)
+                  progrpo_alpha=5.0, correct_reward_threshold=0.4)  # mixed groups, so ProGRPO shifts advantages
     base = et.get_trainer_class("progrpo")
     added_passes = []
 
@@ -262,6 +262,7 @@ def test_replayed_generation_logps_equal_a_recomputed_pass(ckpt, tmp_path):
                        **common)
     assert added_passes == [False] * 3
     assert sum(_ds_log(replayed, "dynamic_sampling/dropped_groups")) >= 1
+    assert max(_ds_log(replayed, "progrpo/adjustment_abs_mean")) > 0.01  # the log-probs were used
     assert max_param_diff(replayed, recomputed) <= 1e-5
 
 
