@@ -1,5 +1,5 @@
-"""Dynamic sampling under real 2-process DDP (gloo, CPU) and DeepSpeed ZeRO-3 equals 1 process on the same global
-batch, for every method.
+"""Dynamic sampling under real 2-process DDP (gloo, CPU) and DeepSpeed ZeRO-3 (`-m slow`) equals 1 process on the
+same global batch, for every method.
 
 Global batch 12 = 3 groups of 4, so with 2 processes of 6 rows the middle group spans both. Half the prompts have a
 constant reward (tests/ds_mp_driver.py), so most generation batches drop groups and refill from later rounds; the
@@ -52,7 +52,8 @@ def _log(folder, key):
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("engine", ["ddp", "zero3"])
+# ZeRO-3 adds ~3.5 min and no logic of its own (the exchange is the same torch.distributed collective): `-m slow`.
+@pytest.mark.parametrize("engine", ["ddp", pytest.param("zero3", marks=pytest.mark.slow)])
 def test_two_processes_equal_one(engine, method, runs):
     two, one = runs(engine) / method, runs("plain") / method
     assert json.loads((two / "run.json").read_text())["num_processes"] == 2
