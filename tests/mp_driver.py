@@ -47,6 +47,9 @@ METHOD_SETTINGS = {
     "passk": {"passk_k": 2, "correct_reward_threshold": 0.3},
     "pkpo": {"pkpo_k": 3},
     "unlikely": {"unlikely_beta": 1.0, "correct_reward_threshold": 0.3},
+    # cov_selection: global chooses over every process, so a real selection ratio gives the same tokens in 1 and 2.
+    "kl_cov-global": {"kl_cov_ratio": 0.2, "kl_cov_coef": 1.0, "cov_selection": "global"},
+    "clip_cov-global": {"clip_cov_ratio": 0.2, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9, "cov_selection": "global"},
 }
 PROMPTS = [
     "sum 12 and 7", "a", "write the longest word you know, then stop", "go", "count to three please",
@@ -99,7 +102,7 @@ class ReproducibleSampling:
 
 
 def train_one(method: str, ckpt: str, out: Path, per_device: int, lora: bool, max_steps: int, seed: int):
-    base = et.get_trainer_class(method)
+    base = et.get_trainer_class(method.removesuffix("-global"))
     trainer_cls = type(f"Reproducible{base.__name__}", (ReproducibleSampling, base), {})
     settings = METHOD_SETTINGS[method]
     args = base.config_class(

@@ -10,9 +10,11 @@ process count. For every engine × method the tests assert that
   with 1 process; DDP against no wrapper), to `EQUAL_TOL`; the measured difference is ~1e-8 (float32 rounding);
 - the processes really held prompts and completions of different widths (the collective-mismatch bug).
 
-KL-Cov and Clip-Cov select tokens within each process's micro-batch, as the official verl code does, so a 2-process
-run equals a 1-process run only where that selection does not depend on the split: the driver sets kl_cov_ratio 1 and
-an unbounded Clip-Cov window (their selection logic itself is tested in one process, tests/test_core_losses.py).
+KL-Cov and Clip-Cov select tokens within each process's micro-batch by default (`cov_selection: local`), as the
+official verl code does, so a 2-process run equals a 1-process run only where that selection does not depend on the
+split: the driver sets kl_cov_ratio 1 and an unbounded Clip-Cov window (their selection logic itself is tested in one
+process, tests/test_core_losses.py). `kl_cov-global` and `clip_cov-global` run `cov_selection: global` with a real
+ratio (0.2): the selection spans both processes, and the 2-process run must equal the 1-process run.
 FSDP2 is not here: accelerate 1.15 enables FSDP only on accelerator devices; with `use_cpu` it silently runs DDP.
 
 Plus the CLI path with TRL's real `generate` (not the driver's reproducible sampler): ProGRPO's gathered
@@ -39,7 +41,8 @@ from helpers import toy_checkpoint
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-METHODS = ["grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov", "progrpo+casp", "passk", "pkpo", "unlikely"]
+METHODS = ["grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov", "progrpo+casp", "passk", "pkpo", "unlikely",
+           "kl_cov-global", "clip_cov-global"]
 LORA_METHODS = ["casp", "progrpo+casp", "kl_cov"]
 #: Method-specific metric keys (the exploration/* keys are checked for every method).
 METHOD_METRICS = {
@@ -52,6 +55,8 @@ METHOD_METRICS = {
     "passk": ["passk/k", "passk/adv_correct_mean", "passk/adv_wrong_mean"],
     "pkpo": ["pkpo/k", "pkpo/adv_abs_mean"],
     "unlikely": ["unlikely/factor_correct_mean", "unlikely/adv_change_abs_mean"],
+    "kl_cov-global": ["kl_cov/selected_tokens", "kl_cov/cov_threshold"],
+    "clip_cov-global": ["clip_cov/selected_tokens", "clip_cov/cov_threshold"],
 }
 EXPLORATION_METRICS = ["exploration/entropy_correct", "exploration/entropy_wrong", "exploration/lambda_1",
                        "exploration/lambda_sample", "exploration/branching_factor", "exploration/pass_at_G",

@@ -87,18 +87,21 @@ def casp_ratio(
     return torch.where((a < 0) & top1 & fork, penalised, out)
 
 
-def token_covariance(logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def token_covariance(logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     means: tuple[float, float] | None = None) -> torch.Tensor:
     """Per-token centred covariance ``(A - mean(A)) * (lp - mean(lp))``, float32 ``(B, T)``.
 
     Cui et al. 2025 ("The Entropy Mechanism of RL for Reasoning LMs"), KL-Cov / Clip-Cov covariance:
     means are taken over all valid tokens of the micro-batch, ``lp = logps.detach()``, ``A`` broadcast
     per token. Tokens with the largest covariance are the ones that drive entropy collapse. Padding
-    positions hold NaN.
+    positions hold NaN. ``means = (mean(lp), mean(A))`` replaces the micro-batch means, e.g. by the means over
+    every micro-batch and process of an optimizer step (``cov_selection: global``).
     """
     valid = as_valid(mask)
     lp = to_f32(logps.detach())
     a = broadcast_advantages(advantages.detach(), lp.shape)
-    cov = (a - masked_mean(a, valid)) * (lp - masked_mean(lp, valid))
+    mean_lp, mean_a = (masked_mean(lp, valid), masked_mean(a, valid)) if means is None else means
+    cov = (a - mean_a) * (lp - mean_lp)
     return torch.where(valid, cov, torch.full_like(cov, float("nan")))
 
 

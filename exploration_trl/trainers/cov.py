@@ -10,7 +10,8 @@ import torch
 
 from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, _Capture, check_non_negative
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
+from .cov_global import GlobalCovSelectionMixin, _kth, check_cov_selection
 
 #: The published KL-Cov / Clip-Cov recipes run 8 optimizer updates per rollout (256 prompts, verl mini-batch 32).
 DEFAULT_UPDATES_PER_ROLLOUT = 8
@@ -19,6 +20,13 @@ DEFAULT_UPDATES_PER_ROLLOUT = 8
 def _default_updates_per_rollout(config):
     if config.steps_per_generation is None and config.generation_batch_size is None:
         config.steps_per_generation = DEFAULT_UPDATES_PER_ROLLOUT * config.gradient_accumulation_steps
+
+
+_COV_SELECTION_HELP = (
+    "Where the top-covariance tokens are chosen: 'local' (default; within each process's micro-batch, as the official "
+    "code, no added cost) or 'global' (over every micro-batch of the optimizer step and every process: the same "
+    "tokens whatever the number of processes, for one added no-grad forward per step; see trainers/cov_global.py)."
+)
 
 
 def _cov_metrics(prefix: str, selected: torch.Tensor, cov: torch.Tensor) -> dict:
@@ -42,16 +50,18 @@ class KLCovConfig(ExplorationGRPOConfig):
     kl_cov_coef: float = field(default=1.0, metadata={"help": "Weight of the |logp - old_logp| penalty."})
     epsilon: float = field(default=math.inf, metadata={"help": "KL-Cov uses no ratio clipping."})
     epsilon_high: float | None = field(default=math.inf, metadata={"help": "KL-Cov uses no ratio clipping."})
+    cov_selection: str = field(default="local", metadata={"help": _COV_SELECTION_HELP})
 
     def __post_init__(self):
         _default_updates_per_rollout(self)
         super().__post_init__()
+        check_cov_selection(self)
         check_non_negative(self, {"kl_cov_coef": "the weight of the |logp - old_logp| penalty (paper: 1.0)"})
         if not 0.0 <= self.kl_cov_ratio <= 1.0:
             raise ValueError(f"kl_cov_ratio is a fraction in [0, 1], got {self.kl_cov_ratio}")
 
 
-class KLCovTrainer(ExplorationGRPOTrainer):
+class KLCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
     """Loss-side: adds the KL-Cov penalty as an extra per-token term, aggregated like TRL's loss."""
 
     config_class = KLCovConfig
@@ -78,11 +88,25 @@ class KLCovTrainer(ExplorationGRPOTrainer):
         mask = self._loss_mask(inputs)
         old = self._old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
-        selected = core_loss.kl_cov_select(logps.detach(), advantages, mask, self.args.kl_cov_ratio)
-        cov = core_loss.token_covariance(logps.detach(), advantages, mask)
+        chosen = self._global_cov_for(inputs)
+        if chosen is None:
+            selected = core_loss.kl_cov_select(logps.detach(), advantages, mask, self.args.kl_cov_ratio)
+            cov = core_loss.token_covariance(logps.detach(), advantages, mask)
+        else:
+            selected, cov = chosen
         state.setdefault("metrics", {}).update(_cov_metrics("kl_cov", selected, cov))
         penalty = self.args.kl_cov_coef * selected.float() * (logps - old).abs()
         return penalty if extra is None else extra + penalty
+
+    def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+        """KL-Cov over the step: the `max(1, int(N * kl_cov_ratio))` largest covariances of all N valid tokens."""
+        ratio = self.args.kl_cov_ratio
+        if ratio <= 0 or n == 0:
+            return [torch.zeros_like(t["valid"]) for t in terms]
+        k = min(max(1, int(n * ratio)), n)
+        best = self._gather_best(torch.cat([c[t["valid"]] for c, t in zip(covs, terms, strict=True)]), k, True)
+        threshold = _kth(best, k, largest=True)
+        return [t["valid"] & (c >= threshold) for c, t in zip(covs, terms, strict=True)]
 
 
 @dataclass
@@ -97,17 +121,19 @@ class ClipCovConfig(ExplorationGRPOConfig):
                                                                        "(recipes: 1)."})
     clip_cov_lb: float = field(default=1.0, metadata={"help": "Lower covariance bound for candidates."})
     clip_cov_ub: float = field(default=5.0, metadata={"help": "Upper covariance bound for candidates."})
+    cov_selection: str = field(default="local", metadata={"help": _COV_SELECTION_HELP})
 
     def __post_init__(self):
         _default_updates_per_rollout(self)
         super().__post_init__()
+        check_cov_selection(self)
         if not 0.0 <= self.clip_cov_ratio <= 1.0:
             raise ValueError(f"clip_cov_ratio is a fraction in [0, 1], got {self.clip_cov_ratio}")
         if self.clip_cov_lb >= self.clip_cov_ub:
             raise ValueError(f"clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})")
 
 
-class ClipCovTrainer(ExplorationGRPOTrainer):
+class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
     """Loss-side: detaches the selected tokens' log-probs, so TRL's clipped loss has zero gradient there."""
 
     config_class = ClipCovConfig
@@ -128,11 +154,15 @@ class ClipCovTrainer(ExplorationGRPOTrainer):
         mask = self._loss_mask(inputs)
         old = self._old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
-        selected = core_loss.clip_cov_select(
-            logps.detach(), old, advantages, mask, args.clip_cov_ratio, args.clip_cov_lb, args.clip_cov_ub,
-            self.epsilon_low, self.epsilon_high, generator=self._clip_cov_generator,
-        )
-        cov = core_loss.token_covariance(logps.detach(), advantages, mask)
+        chosen = self._global_cov_for(inputs)
+        if chosen is None:
+            selected = core_loss.clip_cov_select(
+                logps.detach(), old, advantages, mask, args.clip_cov_ratio, args.clip_cov_lb, args.clip_cov_ub,
+                self.epsilon_low, self.epsilon_high, generator=self._clip_cov_generator,
+            )
+            cov = core_loss.token_covariance(logps.detach(), advantages, mask)
+        else:
+            selected, cov = chosen
         metrics = _cov_metrics("clip_cov", selected, cov)
         acted = bool(selected.any())
         metrics["clip_cov/no_selection_frac"] = (0.0 if acted else 1.0, 1.0)
@@ -146,3 +176,40 @@ class ClipCovTrainer(ExplorationGRPOTrainer):
                 stacklevel=2,
             )
         return torch.where(selected.to(logps.device), logps.detach(), logps)
+
+    def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+        extras = super()._rollout_extras(batch, capture)
+        # Each completion's row in the generation batch: the global selection's random keys depend on it only.
+        start, stop = batch.process_slice.start, batch.process_slice.stop
+        extras["exploration_row"] = torch.arange(start, stop, device=batch.completion_ids.device)
+        return extras
+
+    def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+        """Clip-Cov over the step: `max(1, int(N * clip_cov_ratio))` of the step's candidates, uniformly at random."""
+        args = self.args
+        cands, keys = [], []
+        for t, cov in zip(terms, covs, strict=True):
+            inp, lp, valid = t["inputs"], t["lp"], t["valid"]
+            old = inp.get("old_per_token_logps")
+            _, log_ratio, a = core_loss._log_ratio_terms(lp, lp if old is None else old, t["a"], valid)
+            pg1, pg2 = core_loss._clipped_surrogates(log_ratio, a, self.epsilon_low, self.epsilon_high)
+            cands.append(valid & ~(pg2 > pg1) & (cov > args.clip_cov_lb) & (cov < args.clip_cov_ub))
+            keys.append(self._clip_cov_keys(inp["exploration_row"], lp.shape, lp.device))
+        local = torch.stack([c.sum() for c in cands]).sum().to(torch.float64).reshape(1)
+        n_cand = int((self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1
+                      else local).item())
+        if n == 0 or n_cand == 0:
+            return [torch.zeros_like(c) for c in cands]
+        n_sel = min(max(1, int(n * args.clip_cov_ratio)), n_cand)
+        best = self._gather_best(torch.cat([k[c] for k, c in zip(keys, cands, strict=True)]), n_sel, False)
+        threshold = _kth(best, n_sel, largest=False)
+        return [c & (k <= threshold) for k, c in zip(keys, cands, strict=True)]
+
+    def _clip_cov_keys(self, rows: torch.Tensor, shape, device) -> torch.Tensor:
+        """Uniform keys, one per token, from (seed, global step, the completion's row): independent of the split."""
+        width = max(int(self.args.max_completion_length or shape[1]), shape[1])
+        step = int(self.state.global_step)
+        keys = [torch.rand(width, generator=torch.Generator().manual_seed(
+            int(self.args.seed) * 1_000_003 + step * 10_007 + int(r)), dtype=torch.float64)[: shape[1]]
+            for r in rows.tolist()]
+        return torch.stack(keys).to(device) if keys else torch.zeros(shape, dtype=torch.float64, device=device)

@@ -1,0 +1,109 @@
+"""`cov_selection: global` for KL-Cov and Clip-Cov: the covariance tokens chosen over the whole optimizer step.
+
+The official code (and `cov_selection: local`, the default) picks the top-covariance tokens inside each process's
+micro-batch, which the authors call an approximation of the global choice. With `global`, on the first micro-batch
+of each optimizer step every process runs one no-grad forward over the step's micro-batches (TRL has buffered them
+all: `_buffered_inputs`), the means of log-prob and advantage are reduced over every valid token of the step and of
+every process, each token's covariance is formed with those means (`core.token_covariance(means=...)`), and the
+selection is made over the global set:
+
+* KL-Cov: the `max(1, int(N * kl_cov_ratio))` tokens with the largest covariance of the `N` valid tokens of the
+  step (ties at the threshold are all kept);
+* Clip-Cov: `max(1, int(N * clip_cov_ratio))` of the step's candidates (not PPO-clipped, covariance inside the
+  window) drawn uniformly at random. The draw gives each token a uniform key from a generator seeded by (seed,
+  global step, the completion's row in the generation batch), so it does not depend on how rows are split over
+  processes and micro-batches; the candidates with the smallest keys are cut.
+
+Only the k best values of each process travel (a gather of k floats), never the whole batch. The per-token terms
+are then applied per micro-batch exactly as with `local`. The cost is the added forward (see `docs/`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core import losses as core_loss
+from ..core._utils import as_valid, broadcast_advantages
+from ._collectives import gather_rows
+
+COV_SELECTIONS = ("local", "global")
+_MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+            "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+
+
+def check_cov_selection(config):
+    if config.cov_selection not in COV_SELECTIONS:
+        raise ValueError(f"cov_selection must be one of {', '.join(COV_SELECTIONS)}; got {config.cov_selection!r}")
+    if config.cov_selection == "global":
+        spg, ga = config.steps_per_generation, config.gradient_accumulation_steps
+        if spg is not None and spg % ga != 0:
+            raise ValueError(f"cov_selection: global needs steps_per_generation ({spg}) to be a multiple of "
+                             f"gradient_accumulation_steps ({ga}), so that an optimizer step's micro-batches all "
+                             "come from one generation batch; change steps_per_generation or use cov_selection: local")
+
+
+def _kth(values: torch.Tensor, k: int, largest: bool) -> float:
+    return float(torch.topk(values, k, largest=largest).values[-1])
+
+
+class GlobalCovSelectionMixin:
+    """Prepares the step's selection masks before TRL's loss runs on the step's first micro-batch."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.model.training and self.args.cov_selection == "global":
+            self._prepare_global_cov(model)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def _global_cov_for(self, inputs) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`(selected, cov)` of the micro-batch now in the loss, or None under `cov_selection: local` / eval."""
+        if not self.model.training or self.args.cov_selection != "global":
+            return None
+        return self._cov_step_masks[self._step]
+
+    # ------------------------------------------------------------------ the step's pre-pass
+    def _cov_ratio(self) -> float:
+        raise NotImplementedError
+
+    def _prepare_global_cov(self, model):
+        masks = getattr(self, "_cov_step_masks", {})
+        if self._step in masks:
+            return
+        ga, spg = self.current_gradient_accumulation_steps, self.args.steps_per_generation
+        steps = [self._step + j for j in range(ga)]
+        micro = [self._buffered_inputs[s % spg] for s in steps]
+        with torch.no_grad():
+            logps = [self._cov_current_logps(model, inp) for inp in micro]
+        terms = [self._cov_terms(inp, lp) for inp, lp in zip(micro, logps, strict=True)]
+        dev = logps[0].device
+        local = torch.zeros(3, dtype=torch.float64, device=dev)
+        for lp, a, valid in ((t["lp"], t["a"], t["valid"]) for t in terms):
+            local += torch.stack([lp[valid].double().sum(), a[valid].double().sum(), valid.sum().double()])
+        total = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local
+        n = int(total[2].item())
+        means = ((total[0] / max(n, 1)).float(), (total[1] / max(n, 1)).float())
+        covs = [core_loss.token_covariance(t["lp"], t["a"], t["valid"], means=means) for t in terms]
+        selected = self._cov_select_global(terms, covs, n)
+        self._cov_step_masks = {s: (sel, cov) for s, sel, cov in zip(steps, selected, covs, strict=True)}
+
+    def _cov_current_logps(self, model, inp) -> torch.Tensor:
+        """The current policy's log-probs of one buffered micro-batch, as TRL's `_compute_loss` computes them."""
+        input_ids = torch.cat([inp["prompt_ids"], inp["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inp["prompt_mask"], inp["completion_mask"]], dim=1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, inp["completion_ids"].size(1),
+            **{k: inp[k] for k in _MM_KEYS if k in inp},
+        )
+        return logps
+
+    def _cov_terms(self, inp, lp: torch.Tensor) -> dict:
+        valid = as_valid(self._loss_mask(inp))
+        return {"lp": lp.float(), "a": broadcast_advantages(inp["advantages"], lp.shape).float(), "valid": valid,
+                "inputs": inp}
+
+    def _gather_best(self, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
+        """The `k` largest (smallest) of `values` over every process: each sends only its own k best."""
+        fill = -float("inf") if largest else float("inf")
+        mine = torch.topk(values, min(k, values.numel()), largest=largest).values if values.numel() else values
+        mine = torch.cat([mine, mine.new_full((k - mine.numel(),), fill)])[None]
+        every = gather_rows(mine, self.accelerator.num_processes, pad_dim=1, pad_value=fill).reshape(-1)
+        return every[torch.isfinite(every)]
