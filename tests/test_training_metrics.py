@@ -5,7 +5,7 @@ import math
 import pytest
 
 import exploration_trl as et
-from helpers import distinct_char_reward, toy_checkpoint, train
+from helpers import distinct_char_reward, grpo_kwargs, toy_checkpoint, train
 
 EXPLORATION_KEYS = [
     "exploration/entropy_correct", "exploration/entropy_wrong", "exploration/lambda_1", "exploration/lambda_2",
@@ -49,6 +49,43 @@ def test_exploration_metrics_logged_with_sane_values(ckpt, tmp_path):
     lo, hi = sorted(v for v in (log["exploration/entropy_correct"], log["exploration/entropy_wrong"]) if v is not None)
     assert lo - 1e-4 <= log["entropy"] <= hi + 1e-4
     assert all(math.isfinite(log[k]) for k in EXPLORATION_KEYS if log[k] is not None)
+
+
+def test_per_response_sum_hand_worked():
+    """CaSP Eq. 2: mean over each response's tokens, then over responses. Values [-1, -3 | -4] in rows 0, 0, 1 (row 2
+    has none): response means -2 and -4, so (sum -6, 2 responses) -> -3, where the token average is -8/3."""
+    import torch
+
+    from exploration_trl.trainers.metrics_logging import per_response_sum
+
+    assert per_response_sum(torch.tensor([-1.0, -3.0, -4.0]), torch.tensor([0, 0, 1]), 3) == (-6.0, 2.0)
+    assert per_response_sum(torch.tensor([2.0]), torch.tensor([1]), 2) == (2.0, 1.0)
+
+
+def test_lambda_per_response_uses_every_token_and_averages_per_response(ckpt, tmp_path, monkeypatch):
+    import torch
+
+    from exploration_trl.trainers import metrics_logging
+
+    seen = []
+    real = metrics_logging.per_response_sum
+
+    def spy(values, rows, num_rows):
+        seen.append((values.clone(), rows.clone()))
+        return real(values, rows, num_rows)
+
+    monkeypatch.setattr(metrics_logging, "per_response_sum", spy)
+    cls = et.get_trainer_class("grpo")
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=distinct_char_reward, max_steps=1,
+                    exploration_metrics_lambda="per_response", exploration_metrics_max_tokens=1)
+    log = first_log(trainer)
+    values, rows = seen[0]  # Λ(1): the first of the five averaged statistics
+    assert len(seen) == 5 and values.numel() > 1  # every valid token, not exploration_metrics_max_tokens = 1
+    means = [values[rows == r].mean().item() for r in rows.unique()]
+    assert log["exploration/lambda_1"] == pytest.approx(sum(means) / len(means), rel=1e-5)
+    assert 0 >= log["exploration/lambda_1"] >= log["exploration/lambda_2"] >= log["exploration/lambda_3"]
+    with pytest.raises(ValueError, match="exploration_metrics_lambda must be one of sampled_tokens, per_response"):
+        cls.config_class(**grpo_kwargs(tmp_path, exploration_metrics_lambda="tokens"))
 
 
 def test_exploration_metrics_switch_off(ckpt, tmp_path):

@@ -12,6 +12,10 @@ from ..core.dynamic_sampling import DYNAMIC_SAMPLING_METRICS
 from ..rewards._base import DEFAULT_CORRECT_THRESHOLD
 
 
+#: `exploration_metrics_lambda` values: a token-weighted sample, or CaSP Eq. 2's per-response mean.
+EXPLORATION_LAMBDA_MODES = ("sampled_tokens", "per_response")
+
+
 @dataclass
 class ExplorationGRPOConfig(GRPOConfig):
     """`GRPOConfig` plus the STILL advantage shapers and exploration-metric switches.
@@ -71,6 +75,13 @@ class ExplorationGRPOConfig(GRPOConfig):
     exploration_metrics_max_tokens: int = field(
         default=64,
         metadata={"help": "Completion tokens per micro-batch sampled for Λ(n) and the branching factor."},
+    )
+    exploration_metrics_lambda: str = field(
+        default="sampled_tokens",
+        metadata={"help": "How Λ(n), Λ(sample) and the branching factor average: 'sampled_tokens' (default: over up to "
+                  "exploration_metrics_max_tokens random completion tokens, a token-weighted estimate) or "
+                  "'per_response' (CaSP Eq. 2: every token of each response, averaged per response, then over the "
+                  "responses; costs the LM head over every completion token on logging steps)."},
     )
     exploration_metrics_top_p: float = field(
         default=0.95, metadata={"help": "Top-p mass for the rollout branching factor (STILL Sec. 2.2)."}
@@ -181,6 +192,9 @@ class ExplorationGRPOConfig(GRPOConfig):
         check_dynamic_sampling(self)
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
+        if self.exploration_metrics_lambda not in EXPLORATION_LAMBDA_MODES:
+            raise ValueError(f"exploration_metrics_lambda must be one of {', '.join(EXPLORATION_LAMBDA_MODES)}; got "
+                             f"{self.exploration_metrics_lambda!r}")
         from .heldout_eval import check_heldout_config
         from .divergence import check_divergence_config
 

@@ -91,7 +91,8 @@ class ExplorationMetricsMixin:
             return
 
         positions = mask.nonzero(as_tuple=False)
-        k = min(self.args.exploration_metrics_max_tokens, positions.size(0))
+        per_response = self.args.exploration_metrics_lambda == "per_response"
+        k = positions.size(0) if per_response else min(self.args.exploration_metrics_max_tokens, positions.size(0))
         # A private generator keeps the global RNG (sampling, shuffling) exactly as TRL's.
         pick = torch.randperm(positions.size(0), generator=self._metrics_generator)[:k].to(positions.device)
         rows, cols = positions[pick, 0], positions[pick, 1]
@@ -104,11 +105,24 @@ class ExplorationMetricsMixin:
                 top_p=self.args.exploration_metrics_top_p, chunk_rows=16, entropy=False,
             )
         if k > 0:
+            # sampled_tokens: (sum, count) over the k tokens; per_response: (sum of the responses' means, responses).
+            average = (lambda v: per_response_sum(v, rows, mask.size(0))) if per_response else (
+                lambda v: (v.sum().item(), float(k)))
             for n in range(3):
-                stats[f"exploration/lambda_{n + 1}"] = (s["topn_logps"][:, n].sum().item(), float(k))
-            stats["exploration/lambda_sample"] = (s["target_logps"].sum().item(), float(k))
-            stats["exploration/branching_factor"] = (s["branching"].float().sum().item(), float(k))
+                stats[f"exploration/lambda_{n + 1}"] = average(s["topn_logps"][:, n].float())
+            stats["exploration/lambda_sample"] = average(s["target_logps"].float())
+            stats["exploration/branching_factor"] = average(s["branching"].float())
         else:
             for name in ("lambda_1", "lambda_2", "lambda_3", "lambda_sample", "branching_factor"):
                 stats[f"exploration/{name}"] = (0.0, 0.0)
         self._log_loss_state_metrics({"metrics": stats})
+
+
+def per_response_sum(values: torch.Tensor, rows: torch.Tensor, num_rows: int) -> tuple[float, float]:
+    """`(sum over responses of the mean of their values, number of responses with a value)`: CaSP Eq. 2's Λ(n) is the
+    mean over a response's tokens, then over the responses; the pair is reduced across processes like the others."""
+    sums = torch.zeros(num_rows, dtype=torch.float64, device=values.device).index_add_(0, rows, values.double())
+    counts = torch.bincount(rows, minlength=num_rows).to(torch.float64)
+    has = counts > 0
+    return (sums[has] / counts[has]).sum().item(), float(has.sum().item())
+
