@@ -213,3 +213,13 @@ def test_trl_log_appends_to_log_history_for_the_divergence_check(ckpt, tmp_path)
     trainer.model.train()
     trainer.log({"reward": 0.5, "entropy": 1.0})
     assert trainer.state.log_history[-1]["reward"] == 0.5 and trainer.state.log_history[-1]["entropy"] == 1.0
+
+
+def test_trl_entropy_bonus_reads_the_coefficient_the_entropy_band_sets():
+    """trainers/entropy_band.py with `entropy_band_knob: entropy_coef` sets `GRPOTrainer.entropy_coef` after each
+    optimizer step and switches `_entropy_bonus_enabled` on: TRL 1.16 decides the switch once at init and reads the
+    coefficient on every micro-batch of `_compute_loss`; `cov_selection: global` reads the step's micro-batches from
+    `_buffered_inputs` (pinned by `test_trl_rollout_buffer_and_step`)."""
+    src = inspect.getsource(GRPOTrainer._compute_loss)
+    assert "if self._entropy_bonus_enabled:" in src and "apply_coef = self.entropy_coef" in src
+    assert "self._entropy_bonus_enabled = " in inspect.getsource(GRPOTrainer.__init__)
