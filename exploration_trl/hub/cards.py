@@ -18,6 +18,7 @@ at training time. Metadata keys the card does not manage (`license`, `language`,
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from .card_data import (
 from .citations import METHOD_PAPERS, PAPERS, bibtex_for, method_parts
 from .curves import CURVES_FILE, card_curves, plot_training_curves
 from .eval_results import card_results, collect_results, normalize_results
+from .model_source import looks_local
 from .outcome import outcome_notes
 from .state import CARD_FILE, STATE_VERSION, dump_state, kept_notes, load_card_state, state_result
 from .tables import extract_hyperparameters, package_versions, result_table, still_on
@@ -143,6 +145,11 @@ def _methods(parts: Sequence[str], still: bool) -> tuple[list[dict], str]:
     return methods, " + ".join(METHOD_PAPERS[p][0] if p in METHOD_PAPERS else p for p in parts)
 
 
+def _public_name(path: str) -> str:
+    """A path as a pushed card may show it: a relative path as given, an absolute one by its folder name only."""
+    return Path(path).name or path if os.path.isabs(os.path.expanduser(path)) else path
+
+
 def _usage(load_id: str, adapter: str | None, countdown: bool, countdown_tiny: bool = False) -> str:
     """The "How to use" section: loading (transformers, or peft for an adapter), sampling, evaluating. A
     countdown-tiny model (the demo's) was trained on plain-text prompts, not a chat template."""
@@ -229,6 +236,8 @@ def render_model_card(
         )
     parts = method_parts(method)
     method = "+".join(parts)
+    # The state names a local base model by its folder name only (`base_model_local`), never by its path.
+    from_state = base_model is None and state.get("base_model") is not None
     base_model = base_model if base_model is not None else state.get("base_model")
     dataset = dataset if dataset is not None else state.get("dataset")
     repo_id = repo_id or state.get("repo_id")
@@ -247,9 +256,14 @@ def render_model_card(
     found = card_results(output_dir, results, base_model, state.get("results") or [])
 
     model_name = (repo_id.split("/")[-1] if repo_id else None) or output_dir.resolve().name
-    hub_base, base_display = resolve_base_model(base_model, output_dir)
+    if from_state and state.get("base_model_local"):
+        hub_base, base_display = None, f"`{base_model}` (a local checkpoint, not on the Hub)"
+    else:
+        hub_base, base_display = resolve_base_model(base_model, output_dir)
+    base_public = hub_base or (None if base_model is None else _public_name(str(base_model)))
     dataset_ids, dataset_display = resolve_dataset(dataset)
-    load_id = repo_id or str(output_dir)
+    shown_dir = _public_name(str(output_dir))  # commands in the card: no absolute local path
+    load_id = repo_id or shown_dir
     card_data = build_card_data(existing_metadata(readme), parts, still, hub_base, adapter, dataset_ids, model_name,
                                 found)
 
@@ -268,7 +282,9 @@ def render_model_card(
     new_state = {
         "version": STATE_VERSION,
         "method": method,
-        "base_model": None if base_model is None else str(base_model),
+        "base_model": base_public,
+        "base_model_local": bool(base_model is not None and hub_base is None and (
+            (from_state and state.get("base_model_local")) or looks_local(str(base_model)))),
         "dataset": dataset if dataset is None or isinstance(dataset, str) else [str(d) for d in dataset],
         "repo_id": repo_id,
         "reward_funcs": reward_funcs,
@@ -296,7 +312,7 @@ def render_model_card(
         result_rows=rows,
         load_id=load_id,
         eval_hint_bench="countdown3" if countdown else "gsm8k",
-        eval_hint_dir=str(output_dir),
+        eval_hint_dir=shown_dir,
         repo_hint=repo_id or "USER/NAME",
         dataset_display=dataset_display,
         reward_funcs=", ".join(f"`{r}`" for r in reward_funcs) if reward_funcs else None,

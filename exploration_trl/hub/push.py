@@ -30,8 +30,11 @@ __all__ = ["HubError", "push_output_dir", "DEFAULT_IGNORE_PATTERNS", "describe_h
 
 logger = logging.getLogger(__name__)
 
-#: Not uploaded: intermediate checkpoints, hidden files, temporary files, caches.
+#: Not uploaded: intermediate checkpoints, hidden files, temporary files, caches, and `training_args.bin` (a pickle
+#: of the TrainingArguments: it holds the local output path, and a `hub_token` when one was set in the config).
 DEFAULT_IGNORE_PATTERNS = (
+    "training_args.bin",
+    "**/training_args.bin",
     "checkpoint-*",
     "checkpoint-*/**",
     ".*",
