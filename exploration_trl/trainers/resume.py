@@ -46,6 +46,12 @@ def _to(obj, device):
     return obj
 
 
+def _last_checkpoint(run_dir: str) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
+
+
 def _write_atomic(obj, path: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(obj, tmp)
@@ -53,17 +59,56 @@ def _write_atomic(obj, path: str) -> None:
 
 
 class ResumeMixin:
-    """Saves and restores TRL's in-memory rollout buffer, `_step`, private generators and pending metrics."""
+    """Saves and restores TRL's in-memory rollout buffer, `_step`, private generators and pending metrics; saves a
+    checkpoint on Ctrl-C."""
+
+    _interrupted = False
+
+    def train(self, *args, **kwargs):
+        """Ctrl-C (KeyboardInterrupt) during training saves a checkpoint of the last finished step when saving is on
+        (one process: with several, the processes are not at the same point, so the last regular checkpoint is
+        named instead), prints how to resume, and re-raises."""
+        try:
+            return super().train(*args, **kwargs)
+        except KeyboardInterrupt:
+            self._on_interrupt()
+            raise
+
+    def _on_interrupt(self) -> None:
+        step = int(self.state.global_step)
+        run_dir = self._get_output_dir(trial=None)
+        folder = os.path.join(run_dir, f"checkpoint-{step}")
+        saved = ""
+        if self.args.save_strategy != "no" and step > 0 and self.args.world_size == 1 and not os.path.isfile(
+                os.path.join(folder, "trainer_state.json")):
+            self._interrupted = True
+            try:
+                self._save_checkpoint(self.model, trial=None)
+            finally:
+                self._interrupted = False
+            saved = f"saved {folder}"
+        if not self.accelerator.is_main_process:
+            return
+        last = folder if saved or os.path.isfile(os.path.join(folder, "trainer_state.json")) else _last_checkpoint(run_dir)
+        if last is None:
+            print(f"\ninterrupted at step {step}: no checkpoint to resume from (save_strategy: "
+                  f"{self.args.save_strategy}); set save_strategy: steps to keep progress", file=sys.stderr, flush=True)
+            return
+        print(f"\ninterrupted at step {step}: {saved or 'last checkpoint ' + last}; resume with the same config and "
+              f"--resume_from_checkpoint {last}", file=sys.stderr, flush=True)
 
     def _generate_every(self) -> int:
         return self.args.steps_per_generation * self.num_iterations
 
     def _resume_state(self) -> dict:
-        inside = self._step % self._generate_every() != 0 and self._buffered_inputs is not None
+        # After Ctrl-C mid-update, `_step` also counts the interrupted update's micro-steps: save the count at the
+        # last finished optimizer step (the weights and optimizer saved are that step's).
+        step = self._step - self._step % self.args.gradient_accumulation_steps if self._interrupted else self._step
+        inside = step % self._generate_every() != 0 and self._buffered_inputs is not None
         return {
             "format": FORMAT,
             "global_step": int(self.state.global_step),
-            "step": int(self._step),
+            "step": int(step),
             "buffered_inputs": _to(self._buffered_inputs, "cpu") if inside else None,
             "generators": {name: g.get_state() for name, g in vars(self).items() if isinstance(g, torch.Generator)},
             "metrics": {name: list(values) for name, values in self._metrics["train"].items()},
