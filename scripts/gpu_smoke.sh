@@ -77,10 +77,11 @@ train_cmd() {  # train_cmd METHOD VARIANT RUN_DIR
   else
     cmd=("$PYTHON" -m exploration_trl.cli train)
   fi
-  # The 0.5B recipe of the (first) method, shrunk to a few tiny steps.
+  # The 0.5B recipe of the (first) method, shrunk to a few tiny steps. Two optimizer updates per rollout (the
+  # recipes set 4 to 16, as their papers): small rollouts from 32 samples, and KL-Cov's penalty still acts.
   cmd+=(--config "configs/methods/${base}_qwen2.5-0.5b.yaml" --method "$method" --model_name_or_path "$MODEL"
         --output_dir "$dir" --max_steps "$MAX_STEPS" --per_device_train_batch_size 4 --num_generations 4
-        --gradient_accumulation_steps 1 --max_completion_length "$MAX_LEN" --max_train_samples 32
+        --gradient_accumulation_steps 1 --steps_per_generation 2 --max_completion_length "$MAX_LEN" --max_train_samples 32
         --warmup_steps 0 --save_strategy no --logging_steps 1 --report_to none
         --use_vllm "$USE_VLLM" --vllm_mode colocate --vllm_gpu_memory_utilization 0.25
         --vllm_max_model_length $(( MAX_LEN + 512 )))
