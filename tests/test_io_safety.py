@@ -148,3 +148,32 @@ def test_existing_checkpoint_survives_a_failed_save(tmp_path, monkeypatch):
     trainer().train()
     assert (old / "trainer_state.json").is_file() and (old / "model.safetensors").read_bytes()[:8] != marker[:8].encode()
     assert not [name for name in os.listdir(out) if "previous" in name]
+
+
+def test_eval_output_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    from helpers import run_error
+
+    model = toy_checkpoint(tmp_path / "ckpt")
+    taken = tmp_path / "taken"
+    taken.write_text("results of another run")
+    line = run_error(capsys, ["eval", "--model", model, "--benchmark", "countdown3", "--output-dir", str(taken)])
+    assert line == f"error: --output-dir '{taken}' is a file, not a folder; choose a folder path (or move the file away)"
+    assert taken.read_text() == "results of another run"
+
+
+def test_push_to_a_full_disk_is_one_line_before_any_network(tmp_path, capsys, monkeypatch):
+    from helpers import run_error
+
+    folder = tmp_path / "trained"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "x" * 30)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(100, 100, 0))
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda *a, **k: pytest.fail("network before the check"))
+    line = run_error(capsys, ["push", "--output-dir", str(folder), "--repo-id", "me/x", "--method", "grpo",
+                              "--base-model", "toy"])
+    assert line == (f"error: cannot push to the Hub: --output-dir '{folder}': the disk is full (0 KiB free); free "
+                    "space there or choose a folder on another disk")
+    assert sorted(os.listdir(folder)) == ["model.safetensors"]

@@ -127,8 +127,14 @@ def run_eval_command(args: argparse.Namespace) -> int:
         check_model_source(args.model, key="--model", hub=False)
     except ValueError as e:
         raise EvalError(str(e)) from None
+    from exploration_trl.eval.harness import default_output_dir
+    from exploration_trl.io_safety import check_output_dir
+
 
     results = run_eval(
+        # The output folder can be written (not a file, not read-only, room on its disk); creates nothing.
+        check_output_dir(args.output_dir or default_output_dir(args.model, args.benchmark, args.n, args.temperature),
+                         key="--output-dir")
         model=args.model,
         benchmark=args.benchmark,
         n=args.n,

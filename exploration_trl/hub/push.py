@@ -220,6 +220,13 @@ def push_output_dir(
     token = token or hf.get_token()
     if not token:
         raise HubError(_NO_TOKEN)
+    if write_card:  # the card is written into the folder before the upload
+        from ..io_safety import check_output_dir
+
+        try:
+            check_output_dir(output_dir, key="--output-dir")
+        except ValueError as e:
+            raise HubError(f"cannot push to the Hub: {e}") from None
 
     rendered = None
     if write_card:  # rendered in memory only; written just before the upload
