@@ -33,8 +33,9 @@ ENTROPY_BONUS = "grpo_entropy"
 INITIAL = "initial_policy"
 
 #: Each method's published setting, as its config class's defaults (the entropy bonus has no paper value; 0.01 is
-#: the usual LLM coefficient): CaSP App. E; ProGRPO Sec. 4; DS-GRPO authors' scripts; KL-Cov / Clip-Cov official
-#: recipes. Every grid contains these points.
+#: the usual LLM coefficient): CaSP App. E; ProGRPO Sec. 4; DS-GRPO's Qwen2.5-Math tables (gamma 0.01; this point
+#: keeps 0.2.0's `token` form, the one the documented sweeps and curves ran; the default `sequence_sum` is its own
+#: grid point); KL-Cov / Clip-Cov official recipes. Every grid contains these points.
 PUBLISHED: dict[str, dict[str, Any]] = {
     ENTROPY_BONUS: {"entropy_coef": 0.01},
     "casp": {"casp_alpha": 0.01, "casp_entropy_quantile": 0.8, "casp_top_n": 3, "casp_top1_penalty": 1.1},
