@@ -65,6 +65,13 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=2,
                    help="Methods trained in parallel processes (default %(default)s, one per core of a 2-core machine).")
     p.add_argument("--threads", type=int, default=1, help="Torch threads per process (default %(default)s).")
+    p.add_argument("--curves", action="store_true",
+                   help="The budget experiment (experiments/curves.py): every setting trained from the shipped warm "
+                        "start and evaluated on the held-out problems as it trains, at steps 0..1500; verdicts by the "
+                        "rule of experiments/curves_rule.py. Writes curves.json and curves.png.")
+    from ..curves import add_arguments as add_curves_arguments  # a leaf module: it imports this package lazily
+
+    add_curves_arguments(p)
     p.set_defaults(func=main_from_args)
 
 
@@ -102,6 +109,10 @@ def settings_from_args(args) -> Settings:
 
 
 def main_from_args(args) -> int:
+    if getattr(args, "curves", False):
+        from ..curves import main_from_args as main_curves
+
+        return main_curves(args)
     settings = settings_from_args(args)
     _common.check_positive(args.workers, "--workers")
     _common.check_positive(args.threads, "--threads")

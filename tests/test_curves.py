@@ -1,0 +1,31 @@
+"""`exploration-trl countdown-tiny --curves --quick`: the budget experiment end to end on a smoke budget."""
+
+from __future__ import annotations
+
+import json
+
+from exploration_trl.experiments import curves
+
+
+def test_quick_curves_writes_rows_verdicts_and_plot(tmp_path):
+    data = curves.run_curves(["grpo", "dsgrpo_best"], [0, 1], tmp_path, quick=True, workers=1, command="test")
+    saved = json.loads((tmp_path / curves.CURVES_FILE).read_text())
+    assert (tmp_path / curves.PLOT_FILE).stat().st_size > 10_000
+    rows = saved["rows"]
+    assert {(r["label"], r["seed"], r["step"]) for r in rows} == {
+        (lb, sd, st) for lb in ("grpo", "dsgrpo_best") for sd in (0, 1) for st in curves.QUICK_EVAL_STEPS}
+    for r in rows:
+        assert 0 <= r["pass@1"] <= r["pass@64"] <= 1 and r["token_entropy"] > 0 and r["distinct_correct"] >= 0
+    step0 = {(r["label"], r["seed"]): r["pass@1"] for r in rows if r["step"] == 0}
+    assert len(set(step0.values())) <= 2  # step 0 is the warm start: the same for every setting of a seed
+    assert saved["verdicts"]["dsgrpo_best"]["vs_grpo"]["verdict"] in ("beats", "no", "below", "no verdict")
+    assert saved["verdicts"]["grpo"]["vs_grpo"] is None
+    assert saved["missing"] == [] and all(r["finished"] for r in saved["ran"])
+    assert data["plot"].endswith(curves.PLOT_FILE)
+    # a rerun resumes: nothing left to train
+    again = curves.run_curves(["grpo", "dsgrpo_best"], [0, 1], tmp_path, quick=True, workers=1, command="test")
+    assert again["rows"] == saved["rows"]
+
+
+def test_run_order_keeps_settings_paired_over_seeds():
+    assert curves.plan(["a", "b", "c"], [0, 1]) == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("c", 0), ("c", 1)]
