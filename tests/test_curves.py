@@ -29,3 +29,24 @@ def test_quick_curves_writes_rows_verdicts_and_plot(tmp_path):
 
 def test_run_order_keeps_settings_paired_over_seeds():
     assert curves.plan(["a", "b", "c"], [0, 1]) == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("c", 0), ("c", 1)]
+
+
+def test_cli_curves_quick(tmp_path, capsys):
+    from exploration_trl.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["countdown-tiny", "--curves", "--quick", "--curves-settings", "grpo", "--curves-seeds", "0",
+                 "--output-dir", str(out)]) == 0
+    saved = json.loads((out / curves.CURVES_FILE).read_text())
+    assert saved["command"].startswith("exploration-trl") or "countdown-tiny" in saved["command"]
+    assert [r["step"] for r in saved["rows"]] == list(curves.QUICK_EVAL_STEPS)
+    assert (out / curves.PLOT_FILE).is_file()
+    assert "| grpo " in capsys.readouterr().out
+
+
+def test_cli_curves_refuses_flags_of_other_modes(tmp_path, capsys):
+    from exploration_trl.cli import main
+
+    assert main(["countdown-tiny", "--curves", "--methods", "grpo", "--output-dir", str(tmp_path)]) != 0
+    assert "error: --methods does not apply to --curves" in capsys.readouterr().err
+    assert not (tmp_path / curves.CURVES_FILE).exists()
