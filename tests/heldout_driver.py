@@ -15,8 +15,8 @@ from pathlib import Path
 from datasets import Dataset
 
 from exploration_trl.experiments import countdown_tiny as ct
-from exploration_trl.rewards.countdown import countdown
 from exploration_trl.experiments import demo
+from exploration_trl.rewards.countdown import countdown
 from exploration_trl.trainers.base import ExplorationGRPOConfig, ExplorationGRPOTrainer
 
 

@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["MARGIN_SE", "Point", "mean_se", "trajectory", "baseline_at", "verdict"]
+__all__ = ["MARGIN_SE", "Point", "baseline_at", "mean_se", "trajectory", "verdict"]
 
 #: Standard errors the method's pass@64 must clear above the baseline's trajectory (fixed before the runs).
 MARGIN_SE = 2.0
@@ -66,7 +66,7 @@ def baseline_at(x: float, baselines: Sequence[Sequence[Point]]) -> tuple[float, 
     single point) of any baseline trajectory spans `x`."""
     best: tuple[float, float | None] | None = None
     for traj in baselines:
-        segments = list(zip(traj, traj[1:])) or [(traj[0], traj[0])] if traj else []
+        segments = list(zip(traj, traj[1:])) or [(traj[0], traj[0])] if traj else []  # noqa: RUF007
         for a, b in segments:
             lo, hi = min(a[1], b[1]), max(a[1], b[1])
             if not lo <= x <= hi:

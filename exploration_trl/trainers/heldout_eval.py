@@ -151,11 +151,12 @@ class HeldoutEvalMixin:
         if heldout_benchmark is not None:
             self.heldout_benchmark = heldout_benchmark
         elif getattr(self.args, "eval_benchmark", None) is not None:
+            from ..eval import EvalError
             from ..eval.benchmarks import load_benchmark
 
             try:
                 self.heldout_benchmark = load_benchmark(self.args.eval_benchmark, limit=self.args.eval_num_problems)
-            except Exception as e:  # EvalError: unknown name, missing file or column
+            except EvalError as e:  # unknown name, missing file or column
                 raise ValueError(f"eval_benchmark {self.args.eval_benchmark!r}: {str(e).splitlines()[0]}") from None
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
