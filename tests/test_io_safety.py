@@ -177,3 +177,25 @@ def test_push_to_a_full_disk_is_one_line_before_any_network(tmp_path, capsys, mo
     assert line == (f"error: cannot push to the Hub: --output-dir '{folder}': the disk is full (0 KiB free); free "
                     "space there or choose a folder on another disk")
     assert sorted(os.listdir(folder)) == ["model.safetensors"]
+
+
+def test_experiment_output_that_is_a_file_is_one_line(tmp_path, capsys):
+    from helpers import run_error
+
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    for argv in (["demo", "--quick"], ["tree"], ["countdown-tiny"]):
+        line = run_error(capsys, [*argv, "--output-dir", str(taken)])
+        assert line == f"error: --output-dir '{taken}' is a file, not a folder; choose a folder path (or move the file away)"
+
+
+def test_disk_full_while_training_is_one_line_naming_the_folder(tmp_path, capsys, monkeypatch):
+    """A checkpoint write that fails mid-run (simulated ENOSPC) ends as one line naming the output folder."""
+    from transformers import Trainer
+
+    from helpers import run_error, write_yaml
+
+    monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", _enospc)
+    line = run_error(capsys, ["train", "--config", write_yaml(tmp_path, save_strategy="steps", save_steps=1)])
+    assert line == (f"error: cannot write '{tmp_path / 'out'}': the disk is full; free space or choose a writable "
+                    "output_dir (what was saved before is kept)")
