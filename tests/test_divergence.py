@@ -86,3 +86,16 @@ def test_config_errors(tmp_path, bad):
     key = next(iter(bad))
     with pytest.raises(ValueError, match=f"^{key} is"):
         ExplorationGRPOConfig(output_dir=str(tmp_path), **bad)
+
+
+def test_quiet_experiment_logs_keep_the_divergence_warning():
+    from exploration_trl.experiments._common import quiet_training_logs
+
+    restore = quiet_training_logs()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.warn("noise", UserWarning, stacklevel=1)
+            warnings.warn("The run diverged: test.", DivergenceWarning, stacklevel=1)
+    finally:
+        restore()
+    assert [str(w.message) for w in caught] == ["The run diverged: test."]

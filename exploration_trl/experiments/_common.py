@@ -214,9 +214,12 @@ def quiet_training_logs() -> Callable[[], None]:
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    from ..trainers.divergence import DivergenceWarning
+
     catcher = warnings.catch_warnings()
     catcher.__enter__()
     warnings.simplefilter("ignore")
+    warnings.simplefilter("default", DivergenceWarning)  # a diverging run is said so, even in a quiet run
     trl_logger = logging.getLogger("trl")
     trl_level = trl_logger.level
     trl_logger.setLevel(logging.ERROR)
