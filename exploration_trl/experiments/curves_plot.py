@@ -32,7 +32,10 @@ def plot_curves(data: dict[str, Any], out_png: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     labels = list(dict.fromkeys(r["label"] for r in rows))
-    colors = {lb: plt.cm.tab20(i % 20) for i, lb in enumerate(labels)}
+    others = [lb for lb in labels if lb != "grpo"]
+    palette = plt.cm.tab10 if len(others) <= 10 else plt.cm.tab20
+    colors = {lb: palette(i % palette.N) for i, lb in enumerate(others)}
+    colors["grpo"] = "black"
     fig, axes = plt.subplots(1, 5, figsize=(24, 4.6))
     try:
         for ax, (key, title, scale) in zip(axes[:4], PANELS):
