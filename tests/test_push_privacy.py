@@ -25,8 +25,14 @@ def test_pushed_files_hold_no_local_path_and_no_token(tmp_path, capsys, monkeypa
     assert main(["train", "--config", str(tmp_path / "cfg.yaml")]) == 0
     capsys.readouterr()
 
+    assert main(["eval", "--model", str(out), "--benchmark", "countdown3", "--n", "2", "--limit", "2",
+                 "--max-tokens", "8", "--output-dir", str(out / "eval_countdown3"), "--no-semantic", "--quiet"]) == 0
+    capsys.readouterr()
+
     plan = plan_push(out, repo_id="me/demo")
     files = dict(plan.files)
+    assert {"eval_countdown3/results.json", "eval_countdown3/samples.jsonl"} <= set(files)
+    assert "pass@1" in plan.card.files["README.md"].decode()  # the card still finds its own results
     assert "README.md" in files and "model.safetensors" in files and "training_args.bin" not in files
     local = re.compile(re.escape(str(tmp_path)).encode() + b"|" + re.escape(str(tmp_path.resolve())).encode())
     for name in files:
@@ -42,3 +48,25 @@ def test_pushed_files_hold_no_local_path_and_no_token(tmp_path, capsys, monkeypa
     # Re-rendered from the saved card state alone (as `push` does later), the base model is still the local folder.
     again = plan_push(out, repo_id="me/demo").card.files["README.md"].decode()
     assert "`toy_base` (a local checkpoint, not on the Hub)" in again and "huggingface.co/toy_base" not in again
+
+
+def test_eval_records_a_local_model_relative_to_its_folder_and_resumes_0_2_0_runs(tmp_path):
+    """results.json and samples.jsonl name a local model relative to their folder; an eval folder written by 0.2.0
+    (absolute paths) still resumes."""
+    from exploration_trl.eval.harness import run_eval
+    from helpers import toy_checkpoint
+
+    model = toy_checkpoint(tmp_path / "toy")
+    out = tmp_path / "evals" / "c3"
+    kw = dict(n=2, max_tokens=8, semantic=False, progress=False)
+    first = run_eval(model, "countdown3", output_dir=out, limit=1, **kw)
+    assert json.loads((out / "results.json").read_text())["settings"]["model"] == "../../toy"
+    assert first["summary"]["num_problems"] == 1
+    # as 0.2.0 wrote them: the model's absolute path in every row and in results.json
+    absolute = str((tmp_path / "toy").resolve())
+    for name in ("samples.jsonl", "results.json"):
+        text = (out / name).read_text()
+        (out / name).write_text(text.replace('"../../toy"', json.dumps(absolute)))
+    again = run_eval(model, "countdown3", output_dir=out, limit=2, **kw)
+    assert again["summary"]["num_problems"] == 2
+    assert str(tmp_path) not in (out / "results.json").read_text()

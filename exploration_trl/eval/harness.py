@@ -179,6 +179,17 @@ def _model_id(model: Any) -> str:
     return str(getattr(model, "name_or_path", "") or type(model).__name__)
 
 
+def _portable(sampling: dict, out: Path) -> dict:
+    """`sampling` with a local model folder or benchmark file named relative to the output folder `out` (where
+    results.json lives) instead of by its absolute path, so that what `push` uploads holds no local path."""
+    portable = dict(sampling)
+    for key in ("model", "benchmark"):
+        value = portable.get(key)
+        if isinstance(value, str) and os.path.isabs(value) and os.path.exists(value):
+            portable[key] = Path(os.path.relpath(Path(value).resolve(), out.resolve())).as_posix()
+    return portable
+
+
 def default_output_dir(model: Any, benchmark: str, n: int, temperature: float) -> Path:
     """``runs/eval/<model>__<benchmark>__n<n>_t<temperature>`` (relative to the working directory)."""
     name = Path(_model_id(model).rstrip("/")).name or "model"
@@ -404,6 +415,8 @@ def run_eval(
     samples_path, results_path = out / SAMPLES_FILE, out / RESULTS_FILE
     if overwrite:
         for name in (SAMPLES_FILE, RESULTS_FILE, PLOT_FILE):
+    model_name = Path(sampling["model"]).name or str(sampling["model"])
+    sampling = _portable(sampling, out)  # no absolute local path in results.json / samples.jsonl (they get pushed)
             if (out / name).exists():
                 (out / name).unlink()
 
@@ -416,7 +429,7 @@ def run_eval(
         except (json.JSONDecodeError, AttributeError):
             pass
     for prev in previous:
-        prev_sampling = {k: (prev or {}).get(k) for k in SAMPLING_KEYS}
+        prev_sampling = _portable({k: (prev or {}).get(k) for k in SAMPLING_KEYS}, out)  # 0.2.0 wrote absolute paths
         if prev_sampling != sampling:
             raise EvalError(
                 f"{out} holds a run with different settings ({_diff(prev_sampling, sampling)}); "
@@ -532,7 +545,7 @@ def run_eval(
     if plot:
         from exploration_trl.eval.plots import plot_pass_at_k
 
-        plot_pass_at_k([results], out / PLOT_FILE, labels=[f"{Path(sampling['model']).name} ({bench.name})"])
+        plot_pass_at_k([results], out / PLOT_FILE, labels=[f"{model_name} ({bench.name})"])
     results["path"] = str(results_path)
     return results
 

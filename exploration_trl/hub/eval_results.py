@@ -89,12 +89,15 @@ def normalize_results(data: Mapping[str, Any], path: str | Path | None = None) -
     }
 
 
-def _same_folder(a: Any, output_dir: Path) -> bool:
+def _same_folder(a: Any, output_dir: Path, results_dir: Path | None = None) -> bool:
     """False only when `a` names a *different existing* local folder (so auto-found results of another model,
-    e.g. the base model's, never end up in this model's index)."""
+    e.g. the base model's, never end up in this model's index). A relative `a` is relative to `results_dir`, the
+    folder of its results.json (how `eval` records a local model since 0.3.0)."""
     if not a:
         return True
     p = Path(str(a)).expanduser()
+    if not p.is_absolute() and results_dir is not None and (results_dir / p).exists():
+        p = results_dir / p
     if not p.exists():
         return True
     try:
