@@ -120,7 +120,7 @@ def collect_results(output_dir: str | Path, results: Any = None, base_model: str
             except ValueError as e:
                 logger.warning("model card: skipping %s (%s)", path, e)
                 continue
-            if not _same_folder(item.get("model"), output_dir) or (
+            if not _same_folder(item.get("model"), output_dir, path.parent) or (
                 base_model is not None and str(item.get("model")) == str(base_model)
             ):
                 logger.warning("model card: skipping %s (it evaluates %s, not %s)", path, item["model"], output_dir)
