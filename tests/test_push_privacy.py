@@ -70,3 +70,40 @@ def test_eval_records_a_local_model_relative_to_its_folder_and_resumes_0_2_0_run
     again = run_eval(model, "countdown3", output_dir=out, limit=2, **kw)
     assert again["summary"]["num_problems"] == 2
     assert str(tmp_path) not in (out / "results.json").read_text()
+
+
+def test_adapter_of_a_local_base_is_uploaded_with_the_base_folder_name(tmp_path, monkeypatch):
+    """PEFT writes the local base model's absolute path into adapter_config.json: the uploaded copy names the folder,
+    and the local file is back to what it was after the push (success or failure)."""
+    import huggingface_hub
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from exploration_trl.hub.push import push_output_dir
+    from helpers import toy_checkpoint
+
+    base = toy_checkpoint(tmp_path / "my-sft-base")
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj"]))
+    out = tmp_path / "adapter"
+    model.save_pretrained(out)
+    local = (out / "adapter_config.json").read_bytes()
+    assert str(tmp_path).encode() in local  # what PEFT wrote
+
+    plan = plan_push(out, repo_id="me/adapter", method="grpo", base_model=base)
+    uploaded = plan.public["adapter_config.json"]
+    assert json.loads(uploaded)["base_model_name_or_path"] == "my-sft-base"
+    for name in dict(plan.files):
+        data = plan.card.files.get(name) or plan.public.get(name) or (out / name).read_bytes()
+        assert str(tmp_path).encode() not in data, name
+
+    seen = {}
+
+    def fake_upload(**kw):
+        seen["adapter"] = (out / "adapter_config.json").read_bytes()
+        return "https://huggingface.co/me/adapter/commit/1"
+
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda *a, **k: "me/adapter")
+    monkeypatch.setattr(huggingface_hub, "upload_folder", fake_upload)
+    push_output_dir(out, "me/adapter", token="hf_" + "x" * 30, method="grpo", base_model=base)
+    assert seen["adapter"] == uploaded
+    assert (out / "adapter_config.json").read_bytes() == local

@@ -18,11 +18,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .cards import CARD_FILE, render_model_card, restore_files
+from ..eval.results import write_atomic
+from .privacy import public_copies
 from .state import state_in
 
 __all__ = ["HubError", "push_output_dir", "DEFAULT_IGNORE_PATTERNS", "describe_hub_error", "check_push_ready",
@@ -133,6 +135,7 @@ class PushPlan:
     repo_id: str
     card: Any  # RenderedCard, or None with write_card=False
     files: list[tuple[str, int]]  # (path relative to the folder, size in bytes), sorted
+    public: dict = field(default_factory=dict)  # files uploaded with other bytes than on disk (`privacy.py`)
 
     def describe(self) -> str:
         total = sum(size for _, size in self.files)
@@ -173,9 +176,12 @@ def plan_push(
     sizes = {p.relative_to(output_dir).as_posix(): p.stat().st_size for p in output_dir.rglob("*") if p.is_file()}
     if rendered is not None:
         sizes.update({name: len(data) for name, data in rendered.files.items()})
+    public = public_copies(output_dir)
+    sizes.update({name: len(data) for name, data in public.items()})
     patterns = list(ignore_patterns if ignore_patterns is not None else DEFAULT_IGNORE_PATTERNS)
     kept = sorted(filter_repo_objects(sizes, ignore_patterns=patterns))
-    return PushPlan(repo_id=repo_id, card=rendered, files=[(name, sizes[name]) for name in kept])
+    return PushPlan(repo_id=repo_id, card=rendered, files=[(name, sizes[name]) for name in kept],
+                    public={name: data for name, data in public.items() if name in kept})
 
 
 def push_output_dir(
@@ -248,9 +254,16 @@ def push_output_dir(
                                          results=results, repo_id=repo_id)
 
     snapshot = rendered.snapshot() if rendered is not None else {}
+    # adapter_config.json naming a local base model by its absolute path is uploaded with its public name; the
+    # local file is put back after the upload, whatever happens.
+    public = public_copies(output_dir)
+    originals = {name: (output_dir / name).read_bytes() for name in public}
+    snapshot.update(originals)
     try:
         if rendered is not None:
             rendered.write()
+        for name, data in public.items():
+            write_atomic(output_dir / name, data)
         method_name = (rendered and _method_of(rendered.text)) or "GRPO"
         commit = hf.upload_folder(
             repo_id=repo_id,
@@ -269,6 +282,7 @@ def push_output_dir(
         if isinstance(e, Exception):
             raise HubError(describe_hub_error(e, repo_id)) from None
         raise
+    restore_files(output_dir, originals)
     return str(getattr(commit, "commit_url", None) or commit)
 
 
