@@ -138,6 +138,9 @@ def test_trainer_checkpoint_hooks_for_resume_state():
     save = inspect.getsource(Trainer._save_checkpoint)
     assert "self._save_rng_state(output_dir)" in save
     assert save.index("self._save_rng_state(output_dir)") < save.index("TRAINER_STATE_NAME")
+    # resume.py moves an existing checkpoint folder aside by this name while the new one is written
+    assert 'checkpoint_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"' in save
+    assert "run_dir = self._get_output_dir(trial=trial)" in save
     loop = inspect.getsource(inspect.getmodule(Trainer))
     assert loop.count("self._load_rng_state(resume_from_checkpoint)") >= 2  # both resume branches of the epoch loop
 
