@@ -91,8 +91,9 @@ class ResumeMixin:
             return
         last = folder if saved or os.path.isfile(os.path.join(folder, "trainer_state.json")) else _last_checkpoint(run_dir)
         if last is None:
-            print(f"\ninterrupted at step {step}: no checkpoint to resume from (save_strategy: "
-                  f"{self.args.save_strategy}); set save_strategy: steps to keep progress", file=sys.stderr, flush=True)
+            why = ("no step had finished" if self.args.save_strategy != "no" else
+                   "save_strategy is no; set save_strategy: steps to keep progress")
+            print(f"\ninterrupted at step {step}: no checkpoint to resume from ({why})", file=sys.stderr, flush=True)
             return
         print(f"\ninterrupted at step {step}: {saved or 'last checkpoint ' + last}; resume with the same config and "
               f"--resume_from_checkpoint {last}", file=sys.stderr, flush=True)
