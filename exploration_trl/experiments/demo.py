@@ -15,6 +15,7 @@ model card with its pass@k, `eval/results.json`).
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import sys
@@ -230,7 +231,9 @@ def register(subparsers) -> None:
     p.add_argument("--compare", default="grpo",
                    help="Comma-separated methods trained next to it with the same budget (default grpo; 'none' for "
                         "none).")
-    p.add_argument("--output", default="outputs/demo", help="Output folder (default %(default)s).")
+    p.add_argument("--output-dir", dest="output", metavar="OUTPUT_DIR", default="outputs/demo",
+                   help="Output folder (default %(default)s).")
+    p.add_argument("--output", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--steps", type=int, default=None, help="RL steps per model (default 200; --quick 4).")
     p.add_argument("--seed", type=int, default=0, help="RL and sampling seed (default %(default)s).")
     p.add_argument("--config", default=None,
