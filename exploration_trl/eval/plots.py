@@ -100,7 +100,13 @@ def plot_pass_at_k(
         fig.tight_layout()
         out = Path(out_png)
         out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=120)
+        import io
+
+        from exploration_trl.io_safety import write_atomic
+
+        buf = io.BytesIO()  # rendered in memory, then written atomically: an old plot is never truncated
+        fig.savefig(buf, format=out.suffix.lstrip(".") or "png", dpi=120)
+        write_atomic(out, buf.getvalue())
     finally:
         plt.close(fig)
     return out

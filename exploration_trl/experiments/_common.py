@@ -315,5 +315,11 @@ def save_figure(fig, out_png: str | Path, dpi: int = 110) -> Path:
     """Save a matplotlib figure to `out_png` (parent folders created); the caller closes the figure."""
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)
+    import io
+
+    from ..io_safety import write_atomic
+
+    buf = io.BytesIO()  # rendered in memory, then written atomically: an old figure is never truncated
+    fig.savefig(buf, format=out.suffix.lstrip(".") or "png", dpi=dpi)
+    write_atomic(out, buf.getvalue())
     return out

@@ -155,7 +155,9 @@ def write_best_settings(path: Path, found: Mapping[str, Any], points: Sequence[f
     best = {m: v for m, v in best.items() if v}
     header = ("# Written by `exploration-trl tree --sweep`: GRPO, each method's published and best setting (most modes\n"
               "# covered at accuracy within the tolerance of GRPO's) and the entropy bonus's grid. Re-run with --grid.\n")
-    path.write_text(header + yaml.safe_dump(best, sort_keys=False))
+    from ..io_safety import write_atomic
+
+    write_atomic(path, header + yaml.safe_dump(best, sort_keys=False))
     return path
 
 
