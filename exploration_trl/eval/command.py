@@ -120,21 +120,19 @@ def _summary_lines(results: dict) -> list[str]:
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
-    from exploration_trl.eval.harness import run_eval
+    from exploration_trl.eval.harness import default_output_dir, run_eval
     from exploration_trl.hub.model_source import check_model_source
+    from exploration_trl.io_safety import check_output_dir
 
     try:  # before any model loads: a folder that does not exist is not looked up on the Hub
         check_model_source(args.model, key="--model", hub=False)
-    except ValueError as e:
-        raise EvalError(str(e)) from None
-    from exploration_trl.eval.harness import default_output_dir
-    from exploration_trl.io_safety import check_output_dir
-
-
-    results = run_eval(
         # The output folder can be written (not a file, not read-only, room on its disk); creates nothing.
         check_output_dir(args.output_dir or default_output_dir(args.model, args.benchmark, args.n, args.temperature),
                          key="--output-dir")
+    except ValueError as e:
+        raise EvalError(str(e)) from None
+
+    results = run_eval(
         model=args.model,
         benchmark=args.benchmark,
         n=args.n,
