@@ -71,7 +71,8 @@ def test_active_method_changes_training(method, ckpt, trl_reference, tmp_path):
     cls = et.get_trainer_class(method)
     strong = {"casp": dict(casp_alpha=0.5, casp_entropy_quantile=0.0), "clip_cov": dict(clip_cov_ratio=0.5, clip_cov_lb=-1e9),
               "kl_cov": dict(kl_cov_ratio=0.5), "dsgrpo": dict(ds_gamma_p=0.5, ds_gamma_n=0.5),
-              "progrpo": dict(progrpo_alpha=5.0)}[method]
+              "progrpo": dict(progrpo_alpha=5.0, correct_reward_threshold=0.3)}[method]
+    # ProGRPO acts on groups that mix correct and wrong completions only: 0.3 splits this reward's values.
     # KL-Cov's penalty only acts off-policy (see the test below), so compare it on a rollout feeding 2 steps.
     spg = 2 if method == "kl_cov" else 1
     trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=diverse_reward, epsilon_high=0.28,

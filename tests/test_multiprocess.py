@@ -199,7 +199,7 @@ def test_cli_two_processes_progrpo_every_step(tmp_path):
     rows = [{"prompt": "a" * (1 + 5 * i) + " solve", "answer": "1"} for i in range(8)]
     (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     cfg = {
-        "method": "progrpo", "progrpo_alpha": 2.0, "model_name_or_path": "toy",
+        "method": "progrpo", "progrpo_alpha": 2.0, "correct_reward_threshold": 1.0, "model_name_or_path": "toy",
         "dataset_name": str(tmp_path / "data.jsonl"), "reward_funcs": ["helpers.distinct_char_reward"],
         "use_cpu": True, "bf16": False, "max_steps": 3, "per_device_train_batch_size": 4, "num_generations": 4,
         "max_completion_length": 12, "save_strategy": "no", "report_to": "none", "logging_steps": 1,
@@ -227,7 +227,7 @@ def test_cli_two_processes_progrpo_every_step(tmp_path):
             grpo, rewards, 4, pad_cat([r["completion_logps"] for r in ranks]),
             pad_cat([r["completion_mask"] for r in ranks]),
             pad_cat([r["prompt_logps"] for r in ranks], left=True),
-            pad_cat([r["prompt_logps_mask"] for r in ranks], left=True), alpha=2.0,
+            pad_cat([r["prompt_logps_mask"] for r in ranks], left=True), alpha=2.0, correct_threshold=1.0,
         )
         final = torch.cat([r["final_advantages"] for r in ranks])
         torch.testing.assert_close(final, expected, rtol=1e-5, atol=1e-6)

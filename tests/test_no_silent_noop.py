@@ -98,3 +98,21 @@ def test_cli_prints_one_line_and_fails(ckpt, tmp_path, monkeypatch, capsys):
     errors = [line for line in lines if line.startswith("error:")]
     assert len(errors) == 1, lines[-5:]
     assert errors[0].startswith("error: casp and exploration metrics: the loss-side hook did not run on this training")
+
+
+def format_plus_letter_reward(completions, **kwargs):
+    """A graded reward with partial credit everywhere: 0.1 for any completion, plus its fraction of 'a'."""
+    return [0.1 + c.count("a") / max(len(c), 1) for c in completions]
+
+
+def test_progrpo_that_skips_every_group_says_so_once(ckpt, tmp_path):
+    """A graded reward at the default threshold (0) makes every completion correct: ProGRPO's skip rule then leaves
+    every group as GRPO's. That is a warning with the key to change, and `progrpo/mixed_group_frac` is 0."""
+    cls = et.get_trainer_class("progrpo")
+    args = cls.config_class(**grpo_kwargs(tmp_path / "graded", progrpo_alpha=1.0))
+    trainer = cls(model=ckpt, reward_funcs=format_plus_letter_reward, args=args, train_dataset=toy_dataset())
+    with pytest.warns(UserWarning, match=r"progrpo changed no advantage .* correct_reward_threshold=0\.0") as record:
+        trainer.train()
+    assert sum("progrpo changed no advantage" in str(w.message) for w in record) == 1
+    fractions = [h["progrpo/mixed_group_frac"] for h in trainer.state.log_history if "progrpo/mixed_group_frac" in h]
+    assert fractions == [0.0, 0.0, 0.0]

@@ -17,7 +17,7 @@ from .yaml_config import allows_none, coerce_value, config_path, example_value, 
 class ScriptArguments:
     """Keys of the training YAML that are not `GRPOConfig` / `ModelConfig` fields."""
 
-    method: str = field(default="grpo", metadata={"help": "grpo, progrpo, dsgrpo, casp, kl_cov, clip_cov, or adv+loss."})
+    method: str = field(default="grpo", metadata={"help": "A name of `methods` above, or adv+loss (e.g. progrpo+casp)."})
     dataset_name: str = field(
         default="countdown", metadata={"help": "Built-in name (countdown, or a benchmark), Hub dataset, or local jsonl/parquet."}
     )

@@ -18,6 +18,9 @@ METHOD_SUMMARIES = {
     "casp": "CaSP: positive gradient spread over the top-N candidates at forking tokens (loss side)",
     "kl_cov": "KL-Cov: |logp - old_logp| penalty on the highest-covariance tokens (loss side)",
     "clip_cov": "Clip-Cov: a random share of high-covariance tokens loses its gradient (loss side)",
+    "passk": "Pass@k Training: analytic pass@k advantages for correct and wrong samples (advantage side)",
+    "pkpo": "PKPO: unbiased pass@k reward transform for k < n, k optionally annealed (advantage side)",
+    "unlikely": "Unlikeliness reward: rare correct samples up-weighted by their rank (advantage side)",
 }
 #: TRL / transformers keys most runs set (all of them: `--help-all`).
 COMMON_KEYS = ("model_name_or_path", "output_dir", "learning_rate", "max_steps", "num_train_epochs",
