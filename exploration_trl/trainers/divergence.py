@@ -69,7 +69,7 @@ def detect_divergence(history: Sequence[Mapping], window_steps: int = 20, entrop
                     "towards uniform sampling. Lower the entropy coefficient or the learning rate.")
     rew = _values(train, "reward")
     if len(rew) >= 2 * w:
-        earlier = [_mean(rew[i:i + w]) for i in range(0, len(rew) - 2 * w + 1)]
+        earlier = [_mean(rew[i:i + w]) for i in range(len(rew) - 2 * w + 1)]
         if max(rew[-w:]) <= 0 and max(earlier) > 0:
             return (f"The run diverged: its mean reward fell to {_mean(rew[-w:]):.3g} over the last {w} logged "
                     f"steps after reaching {max(earlier):.3g}; the model no longer solves the training problems. "
