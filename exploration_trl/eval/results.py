@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from exploration_trl.eval import EvalError
+from exploration_trl.io_safety import write_atomic  # re-exported: cards, push and curves import it from here
 
 __all__ = [
     "RESULTS_FILE",
@@ -25,23 +24,6 @@ __all__ = [
 ]
 
 RESULTS_FILE = "results.json"
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file in the same folder, then ``os.replace`` it onto ``path``: a reader
-    (or a crash) never sees half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
