@@ -27,7 +27,7 @@ import yaml
 
 import exploration_trl as et
 from helpers import CLI_BASE, distinct_char_reward, grpo_kwargs, toy_dataset
-from vllm_helpers import LOGP_DIFF_TOL, free_port, logged_steps, param_diff, params_of, vllm_checkpoint
+from vllm_helpers import LOGP_DIFF_TOL, child_env, free_port, logged_steps, param_diff, params_of, vllm_checkpoint
 
 pytestmark = pytest.mark.vllm
 
@@ -39,7 +39,8 @@ MAX_MODEL_LEN = "256"
 
 
 def _launcher_env(port: int, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env = child_env()
+    env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(PYTHON=sys.executable, VLLM_PORT=str(port), VLLM_HOST="127.0.0.1", VLLM_CONNECT_HOST="127.0.0.1",
                VLLM_MAX_MODEL_LEN=MAX_MODEL_LEN, HEALTH_TIMEOUT=str(HEALTH_TIMEOUT), OMP_NUM_THREADS="2", **extra)
     return env

