@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import exploration_trl.cli as cli
+from exploration_trl import cli
 from exploration_trl.cli import build_parser, main
 
 CLI_DIR = Path(cli.__file__).parent

@@ -10,13 +10,11 @@ import argparse
 import importlib
 import sys
 
-from ..io_safety import check_output_dir, os_error_line
-
 from ..errors import HookDidNotRunError
+from ..io_safety import check_output_dir, os_error_line
 from .common import CLIError
 from .train import Stage, train_main
 from .train_help_text import print_help_all, train_help
-
 
 SUBCOMMAND_MODULES = (
     "exploration_trl.eval.command",

@@ -74,9 +74,9 @@ def _train(script_args, training_args, model_args) -> int:
 
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
-    from ..trainers.weights import weights_changed, weights_fingerprint
     from ..rewards import naming_errors
     from ..trainers import get_trainer_class
+    from ..trainers.weights import weights_changed, weights_fingerprint
 
     if script_args.max_train_samples is not None and script_args.max_train_samples <= 0:
         raise CLIError(f"max_train_samples is {script_args.max_train_samples}, which leaves no training rows; set a "

@@ -10,7 +10,6 @@ from .common import CLIError
 from .train_args import ScriptArguments
 from .yaml_config import method_from
 
-
 METHOD_SUMMARIES = {
     "grpo": "TRL's GRPO unchanged, plus exploration metrics",
     "progrpo": "ProGRPO / ARM: confidence-reweighted advantages in mixed groups (advantage side)",
@@ -55,7 +54,7 @@ def _key_lines(items, first_sentence: bool = False, width: int = 116) -> list[st
 def train_help() -> str:
     """`exploration-trl train --help`: usage, `--config`, the methods, each method's own keys with their defaults
     (and the TRL defaults its preset changes), the keys every method shares, and a pointer to `--help-all`."""
-    from trl import ModelConfig, GRPOConfig
+    from trl import GRPOConfig, ModelConfig
 
     from ..trainers import METHODS, ExplorationGRPOConfig
 
