@@ -2,7 +2,7 @@
 
 The frontier here is pass@1 (accuracy) against pass@k with k = `--n-samples` (64 by default; diversity that
 solves problems) and distinct correct equations per problem, on the held-out problems. Every grid point is one RL
-run per `--rl-seeds` seed from the same cached warm start, with the experiment's RL budget. Writes, in `--output`:
+run per `--rl-seeds` seed from the same cached warm start, with the experiment's RL budget. Writes, in `--output-dir`:
 
 * `frontier.json`: `{"rows": [{"method", "setting", "seeds", "k", "pass_at_1", "pass_at_k", "distinct_correct",
   "entropy"}, ...]}` (metrics `{"mean", "std"}` over RL seeds; the warm start is the row `initial_policy`);
