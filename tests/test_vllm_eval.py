@@ -134,3 +134,19 @@ def test_vllm_and_transformers_backends_agree(tmp_path):
     assert 0.1 < a.mean() < 0.9  # neither trivially 0 nor 1
     assert abs(a.mean() - b.mean()) <= PASS1_SE_TOL * se, (a.mean(), b.mean(), se)
     assert float(np.corrcoef(a, b)[0, 1]) > 0.8, (a, b)
+
+
+@pytest.mark.vllm
+def test_train_with_an_unsupported_head_size_is_one_line(tmp_path):
+    """The demo-sized toy (head_dim 16) with `use_vllm: true` on a CPU: one error line before any vLLM engine starts."""
+    cfg = {**CLI_BASE, "model_name_or_path": toy_checkpoint(tmp_path / "hd16"), "output_dir": str(tmp_path / "out"),
+           "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": CPU_MEMORY_SHARE}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _cli(["train", "--config", str(path)], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Initializing a V1 LLM engine" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: use_vllm: vLLM's CPU attention supports head sizes 32, 64, 80, 96, 112, 128, 160, 192, "
+                      "224, 256, 512, and this model's is 16 (hidden_size / num_attention_heads); set use_vllm: false "
+                      "to generate with transformers"], proc.stderr[-3000:]
