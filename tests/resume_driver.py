@@ -36,6 +36,8 @@ LAYOUTS = {
     "kl_cov": (None, 1, 1, 9, 3),
     "clip_cov": (None, 1, 1, 9, 5),
     "progrpo+casp": (2, 1, 2, 5, 2),
+    "pkpo": (4, 1, 1, 5, 3),
+    "unlikely": (2, 1, 2, 5, 2),
 }
 #: mp_driver's settings, except Clip-Cov: half the tokens, drawn at random (its private generator is restored too).
 SETTINGS = {**METHOD_SETTINGS, "clip_cov": {"clip_cov_ratio": 0.5, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9}}
