@@ -15,8 +15,15 @@ from exploration_trl.trainers.resume import STATE_FILE
 from helpers import CLI_BASE
 
 
+def _default_sigint():
+    # A shell starts background jobs with SIGINT ignored, and a child inherits that (Python then installs no
+    # KeyboardInterrupt handler): give the child a terminal's default so the test works however pytest was started.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(cmd, env):
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_default_sigint)
 
 
 def _wait_for_steps(proc, n, timeout=240):
