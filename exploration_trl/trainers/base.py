@@ -27,7 +27,7 @@ from ..core import advantages as core_adv
 from ..errors import HookDidNotRunError
 from ..rewards._base import is_correct
 from .capture import CaptureMixin, _Capture
-from .config import ExplorationGRPOConfig, check_non_negative, has_accelerator
+from .config import ExplorationGRPOConfig, check_choice, check_non_negative, has_accelerator
 from .dynamic_sampling import DynamicSamplingMixin
 from .divergence import DivergenceMixin
 from .heldout_eval import HeldoutEvalMixin
@@ -36,7 +36,10 @@ from .resume import ResumeMixin
 from .rollout import RolloutBatch, RolloutMixin
 from .vllm_support import VLLMMixin
 
-__all__ = ["ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_non_negative", "has_accelerator"]
+__all__ = [
+    "ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_choice", "check_non_negative",
+    "has_accelerator",
+]
 
 
 #: transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16's rollout helpers

@@ -192,9 +192,7 @@ class ExplorationGRPOConfig(GRPOConfig):
         check_dynamic_sampling(self)
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
-        if self.exploration_metrics_lambda not in EXPLORATION_LAMBDA_MODES:
-            raise ValueError(f"exploration_metrics_lambda must be one of {', '.join(EXPLORATION_LAMBDA_MODES)}; got "
-                             f"{self.exploration_metrics_lambda!r}")
+        check_choice(self, "exploration_metrics_lambda", EXPLORATION_LAMBDA_MODES)
         from .heldout_eval import check_heldout_config
         from .divergence import check_divergence_config
 
@@ -219,17 +217,20 @@ def check_non_negative(config, meanings: dict[str, str]):
             raise ValueError(f"{name} is {value} but must be >= 0: it is {meaning}")
 
 
+def check_choice(config, name: str, choices) -> None:
+    """Raise a one-line `ValueError` when the key `name` holds a value outside `choices`, listing the valid ones."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
 DYNAMIC_SAMPLING_ON_EXHAUSTED = ("fill", "error")
 
 
 def check_dynamic_sampling(config):
     """One-line errors for the dynamic-sampling keys (see `trainers/dynamic_sampling.py`)."""
-    if config.dynamic_sampling_metric not in DYNAMIC_SAMPLING_METRICS:
-        raise ValueError(f"dynamic_sampling_metric must be one of {', '.join(DYNAMIC_SAMPLING_METRICS)}; "
-                         f"got {config.dynamic_sampling_metric!r}")
-    if config.dynamic_sampling_on_exhausted not in DYNAMIC_SAMPLING_ON_EXHAUSTED:
-        raise ValueError(f"dynamic_sampling_on_exhausted must be one of {', '.join(DYNAMIC_SAMPLING_ON_EXHAUSTED)}; "
-                         f"got {config.dynamic_sampling_on_exhausted!r}")
+    check_choice(config, "dynamic_sampling_metric", DYNAMIC_SAMPLING_METRICS)
+    check_choice(config, "dynamic_sampling_on_exhausted", DYNAMIC_SAMPLING_ON_EXHAUSTED)
     rounds = config.dynamic_sampling_max_rounds
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ValueError(f"dynamic_sampling_max_rounds is {rounds!r} but must be an integer >= 0: the most extra "

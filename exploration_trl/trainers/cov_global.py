@@ -25,6 +25,7 @@ import torch
 from ..core import losses as core_loss
 from ..core._utils import as_valid, broadcast_advantages
 from ._collectives import gather_rows
+from .config import check_choice
 
 COV_SELECTIONS = ("local", "global")
 _MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
@@ -32,8 +33,7 @@ _MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mas
 
 
 def check_cov_selection(config):
-    if config.cov_selection not in COV_SELECTIONS:
-        raise ValueError(f"cov_selection must be one of {', '.join(COV_SELECTIONS)}; got {config.cov_selection!r}")
+    check_choice(config, "cov_selection", COV_SELECTIONS)
     if config.cov_selection == "global":
         spg, ga = config.steps_per_generation, config.gradient_accumulation_steps
         if spg is not None and spg % ga != 0:

@@ -10,7 +10,7 @@ import torch
 from ..core import advantages as core_adv
 from ..core._utils import broadcast_advantages
 from ..rewards._base import is_correct
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 
 
 @dataclass
@@ -38,11 +38,7 @@ class DSGRPOConfig(ExplorationGRPOConfig):
             "ds_gamma_p": "the weight of the entropy bonus on correct completions (paper: 0.01; 0 switches it off)",
             "ds_gamma_n": "the weight of the entropy penalty on wrong completions (paper: 0.01; 0 switches it off)",
         })
-        if self.ds_logp_granularity not in core_adv.DSGRPO_GRANULARITIES:
-            raise ValueError(
-                f"ds_logp_granularity must be one of {', '.join(core_adv.DSGRPO_GRANULARITIES)}; "
-                f"got {self.ds_logp_granularity!r}"
-            )
+        check_choice(self, "ds_logp_granularity", core_adv.DSGRPO_GRANULARITIES)
 
 
 class DSGRPOTrainer(ExplorationGRPOTrainer):

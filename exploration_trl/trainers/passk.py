@@ -10,7 +10,7 @@ import torch
 
 from ..core import passk as core_pk
 from ..rewards._base import is_correct
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 
 __all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
 
@@ -102,12 +102,8 @@ class PKPOConfig(ExplorationGRPOConfig):
         if self.pkpo_k_final is not None:
             _check_k(self, "pkpo_k_final")
         check_non_negative(self, {"pkpo_k_anneal_steps": "the step of PKPO's k annealing"})
-        if self.pkpo_estimator not in core_pk.PKPO_ESTIMATORS:
-            raise ValueError(f"pkpo_estimator must be one of {', '.join(core_pk.PKPO_ESTIMATORS)}; "
-                             f"got {self.pkpo_estimator!r}")
-        if self.pkpo_k_schedule not in core_pk.PKPO_K_SCHEDULES:
-            raise ValueError(f"pkpo_k_schedule must be one of {', '.join(core_pk.PKPO_K_SCHEDULES)}; "
-                             f"got {self.pkpo_k_schedule!r}")
+        check_choice(self, "pkpo_estimator", core_pk.PKPO_ESTIMATORS)
+        check_choice(self, "pkpo_k_schedule", core_pk.PKPO_K_SCHEDULES)
         g = self.num_generations
         if self.pkpo_estimator == "sloo" and g is not None and max(self.pkpo_k, self.pkpo_k_final or 1) >= g:
             raise ValueError(f"pkpo_estimator 'sloo' needs pkpo_k < num_generations ({g}); use sloo_minus_one")
@@ -161,12 +157,8 @@ class UnlikelyConfig(ExplorationGRPOConfig):
         if self.unlikely_beta > 1:
             raise ValueError(f"unlikely_beta is {self.unlikely_beta} but must be <= 1, or the most likely correct "
                              "completion would get a negative reward (paper: 0.25)")
-        if self.unlikely_logp not in core_pk.UNLIKELY_LOGPS:
-            raise ValueError(f"unlikely_logp must be one of {', '.join(core_pk.UNLIKELY_LOGPS)}; "
-                             f"got {self.unlikely_logp!r}")
-        if self.unlikely_rank_among not in core_pk.UNLIKELY_RANK_AMONG:
-            raise ValueError(f"unlikely_rank_among must be one of {', '.join(core_pk.UNLIKELY_RANK_AMONG)}; "
-                             f"got {self.unlikely_rank_among!r}")
+        check_choice(self, "unlikely_logp", core_pk.UNLIKELY_LOGPS)
+        check_choice(self, "unlikely_rank_among", core_pk.UNLIKELY_RANK_AMONG)
         _check_trl_aggregation(self, "unlikely")
 
 

@@ -11,7 +11,9 @@ import torch
 from ..core import advantages as core_adv
 from ..rewards._base import is_correct
 from ._prompt_tokens import user_token_mask
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
+from .base import (
+    ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_choice, check_non_negative,
+)
 
 PROGRPO_BASELINES = ("prompt", "group_mean")
 PROGRPO_PROMPT_TOKENS = ("all", "user")
@@ -53,18 +55,11 @@ class ProGRPOConfig(ExplorationGRPOConfig):
         super().__post_init__()
         check_non_negative(self, {"progrpo_alpha": "the strength of the confidence reweighting (paper: 0.3; 0 "
                                                    "switches it off)"})
-        if self.progrpo_baseline not in PROGRPO_BASELINES:
-            raise ValueError(
-                f"progrpo_baseline must be one of {', '.join(PROGRPO_BASELINES)}; got {self.progrpo_baseline!r}"
-            )
+        check_choice(self, "progrpo_baseline", PROGRPO_BASELINES)
         if not 0.0 < self.progrpo_low_prob_fraction <= 1.0:
             raise ValueError(f"progrpo_low_prob_fraction must be in (0, 1], got {self.progrpo_low_prob_fraction}")
-        if self.progrpo_skip_groups not in core_adv.PROGRPO_SKIP_GROUPS:
-            raise ValueError(f"progrpo_skip_groups must be one of {', '.join(core_adv.PROGRPO_SKIP_GROUPS)}; "
-                             f"got {self.progrpo_skip_groups!r}")
-        if self.progrpo_prompt_tokens not in PROGRPO_PROMPT_TOKENS:
-            raise ValueError(f"progrpo_prompt_tokens must be one of {', '.join(PROGRPO_PROMPT_TOKENS)}; "
-                             f"got {self.progrpo_prompt_tokens!r}")
+        check_choice(self, "progrpo_skip_groups", core_adv.PROGRPO_SKIP_GROUPS)
+        check_choice(self, "progrpo_prompt_tokens", PROGRPO_PROMPT_TOKENS)
 
 
 class ProGRPOTrainer(ExplorationGRPOTrainer):
