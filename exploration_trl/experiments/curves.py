@@ -40,7 +40,9 @@ SETTINGS: list[tuple[str, str, dict[str, Any]]] = [
     # the warm start's 0.46 nats per token +- about a third.
     ("entropy_band_0.1", "grpo_entropy", {"entropy_coef": 0.1, "entropy_band": [0.3, 0.6]}),
     ("progrpo_published", "progrpo", dict(frontier.PUBLISHED["progrpo"])),
-    ("dsgrpo_published", "dsgrpo", dict(frontier.PUBLISHED["dsgrpo"])),
+    # DS-GRPO's published setting in its literal trajectory form (SPEC.md's default granularity, `sequence_sum`);
+    # `frontier.PUBLISHED` keeps the per-token form the earlier sweeps ran with.
+    ("dsgrpo_published", "dsgrpo", {**frontier.PUBLISHED["dsgrpo"], "ds_logp_granularity": "sequence_sum"}),
     ("dsgrpo_best", "dsgrpo", {"ds_gamma_p": 0.1, "ds_gamma_n": 0.0, "ds_logp_granularity": "token"}),
     ("casp_published", "casp", dict(frontier.PUBLISHED["casp"])),
     ("casp_best", "casp", {**frontier.PUBLISHED["casp"], "casp_top1_penalty": 2.0}),
