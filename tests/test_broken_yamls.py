@@ -1,4 +1,4 @@
-"""A held-out style self-check: `train` on 20 broken YAMLs, in-process through `exploration_trl.cli.main`. Each ends
+"""A held-out style self-check: `train` on 25 broken YAMLs, in-process through `exploration_trl.cli.main`. Each ends
 with one `error:` line and exit status 2, with no traceback, and leaves no output folder behind."""
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ def _file(tmp_path):
 CASES = {
     "yaml_syntax": ("method: grpo\nmax_steps: [1\n", "not valid YAML"),
     "not_a_mapping": ("- method\n- grpo\n", "cfg.yaml"),
+    "empty_file": ("", "is empty; give at least model_name_or_path"),
+    "comments_only": ("# method: grpo\n# max_steps: 4\n", "is empty; give at least model_name_or_path"),
+    "empty_mapping": ("{}\n", "is empty; give at least model_name_or_path"),
     "bf16_word": ({"bf16": "maybe"}, "bf16"),
     "one_generation": ({"num_generations": 1}, "2 generations per prompt"),  # TRL's own line
     "unknown_key": ({"learning_rat": 0.1}, "learning_rat"),

@@ -50,3 +50,34 @@ def test_cli_curves_refuses_flags_of_other_modes(tmp_path, capsys):
     assert main(["countdown-tiny", "--curves", "--methods", "grpo", "--output-dir", str(tmp_path)]) != 0
     assert "error: --methods does not apply to --curves" in capsys.readouterr().err
     assert not (tmp_path / curves.CURVES_FILE).exists()
+
+
+def test_cli_curves_warm_start_is_where_the_runs_start(tmp_path, capsys):
+    """`--curves-warm-start` (the scale check): the runs load that folder. A copy of the shipped warm start with its
+    weights zeroed samples uniformly over the characters and solves nothing at step 0, where the shipped one solves
+    about a fifth; curves.json records the folder."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from exploration_trl.cli import main
+
+    ws = tmp_path / "ws"
+    shutil.copytree(curves.warm_start_dir(), ws)
+    weights = load_file(str(ws / "model.safetensors"))
+    save_file({k: torch.zeros_like(v) for k, v in weights.items()}, str(ws / "model.safetensors"))
+    out = tmp_path / "cli"
+    assert main(["countdown-tiny", "--curves", "--quick", "--curves-settings", "grpo", "--curves-seeds", "0",
+                 "--curves-steps", "0", "--curves-warm-start", str(ws), "--output-dir", str(out)]) == 0
+    saved = json.loads((out / curves.CURVES_FILE).read_text())
+    assert [(r["step"], r["pass@1"]) for r in saved["rows"]] == [(0, 0.0)]
+    assert saved["warm_start"]["path"] == str(ws) and saved["warm_start"]["shipped"] is False
+    assert saved["warm_start"]["num_parameters"] == 105_792
+
+    capsys.readouterr()
+    assert main(["countdown-tiny", "--curves", "--quick", "--curves-warm-start", str(tmp_path / "nope"),
+                 "--output-dir", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--curves-warm-start" in err[0] and "--sft-only --export" in err[0]
+    assert not (tmp_path / "bad").exists()

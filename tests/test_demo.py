@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,19 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
         row = next(line for line in printed.splitlines() if line.startswith(f"| {name} "))
         assert f"{100 * summary[name]['pass_at_k']['1']:.1f}" in row
     assert "[demo]" in printed and "step" in printed  # progress
+    # Held-out evaluation on the way: the warm start is step 0 of every trajectory, the last point is the final eval.
+    assert summary[demo.META_KEY]["eval_steps"] == [0, 2, 4]
+    assert [p["step"] for p in summary["warm_start"]["trajectory"]] == [0]
+    for name in ("dsgrpo", "grpo"):
+        t = summary[name]["trajectory"]
+        assert [p["step"] for p in t] == [0, 2, 4]
+        assert t[0] == summary["warm_start"]["trajectory"][0]
+        final = summary[name]["pass_at_k"]
+        assert (t[-1]["pass@1"], t[-1]["pass@64"]) == (final["1"], final["8"])
+        assert all(0 <= p["pass@1"] <= p["pass@64"] <= 1 and p["distinct_correct"] >= 0 for p in t)
+    assert set(summary[demo.META_KEY]["versus_grpo"]) == {"dsgrpo"}
+    assert (out / "trajectory.png").stat().st_size > 10_000
+    assert "| step 0 " in printed and "| step 2 " in printed and "(reference)" in printed
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -115,3 +129,49 @@ def test_documented_command_rebuilds_the_shipped_warm_start_exactly(tmp_path):
     assert max((rebuilt[k] - shipped[k]).abs().max().item() for k in shipped) == 0.0
     info = json.loads((export / countdown_tiny.EXPORT_INFO).read_text())
     assert info["pass_at_k"] == demo.warm_start_info()["pass_at_k"]
+
+
+def _point(step, p1, p64):
+    return {"step": step, "pass@1": p1, "pass@64": p64}
+
+
+def test_versus_grpo_reads_grpos_trajectory_at_the_methods_pass_at_1():
+    """GRPO's checkpoints (20/90) -> (30/80) -> (40/70): at pass@1 25 its trajectory is at 85, at 35 at 75; a method
+    at (25, 88) is +3 points, at (35, 70) -5; a point outside GRPO's pass@1 range (45) is not compared."""
+    summary = {"warm_start": {"trajectory": [_point(0, .2, .9)]},
+               "grpo": {"trajectory": [_point(0, .2, .9), _point(100, .3, .8), _point(200, .4, .7)]},
+               "m": {"trajectory": [_point(0, .2, .9), _point(100, .25, .88), _point(200, .35, .70),
+                                    _point(300, .45, .9)]},
+               demo.META_KEY: {}}
+    vs = demo.versus_grpo(summary)
+    assert set(vs) == {"m"}
+    assert vs["m"]["best"]["step"] == 100 and vs["m"]["best"]["difference"] == pytest.approx(0.03)
+    assert vs["m"]["last"]["step"] == 200 and vs["m"]["last"]["difference"] == pytest.approx(-0.05)
+    assert vs["m"]["last"]["grpo_pass@64"] == pytest.approx(0.75)
+    table = demo.trajectory_table(summary, 64)
+    assert "+3.0" not in table.splitlines()[0] and "-5.0 at step 200 (best +3.0 at step 100)" in table
+    assert demo.versus_grpo({k: v for k, v in summary.items() if k != "grpo"}) == {}
+
+
+def test_the_demo_default_follows_the_budget_experiment():
+    """The demo trains the setting that came closest to beating GRPO's trajectory in docs/curves.json (the issue's
+    rule: if one beats GRPO, it is that one), and says which settings beat GRPO, as measured there."""
+    from exploration_trl.experiments import curves
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "docs" / "curves.json").read_text())
+    assert curves.closest_to_beating(data) == demo.DEFAULT_LABEL
+    default = (demo.DEFAULT_METHOD, demo.DEMO_SETTINGS[demo.DEFAULT_METHOD])
+    assert curves.settings_by_label()[demo.DEFAULT_LABEL] == default
+    beats = {label for label, v in data["verdicts"].items() if (v.get("vs_grpo") or {}).get("verdict") == "beats"}
+    assert set(demo.BEATS_GRPO) == beats
+
+
+def test_closest_to_beating_takes_the_largest_margin():
+    from exploration_trl.experiments import curves
+
+    def v(z):
+        return {"vs_grpo": {"verdict": "no", "best": {"z": z}}}
+
+    assert curves.closest_to_beating({"verdicts": {"a": v(0.5), "b": v(1.7), "grpo": {"vs_grpo": None},
+                                                   "c": {"vs_grpo": {"verdict": "no verdict", "best": None}}}}) == "b"
+    assert curves.closest_to_beating({"verdicts": {}}) is None

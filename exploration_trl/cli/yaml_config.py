@@ -30,12 +30,16 @@ def read_yaml(path: str) -> dict:
         raise CLIError(f"config file '{path}' not found")
     try:
         with open(path) as f:
-            data = yaml.safe_load(f) or {}
+            data = yaml.safe_load(f)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise CLIError(f"config file '{path}' is not valid YAML{where} ({problem}); fix the syntax there") from None
+    if data is None or data == {}:
+        # Without this an empty file (or one of comments only) would start a run of every default, on no model.
+        raise CLIError(f"config file '{path}' is empty; give at least model_name_or_path, dataset_name and "
+                       "reward_funcs (see configs/smoke_toy_countdown.yaml)")
     if not isinstance(data, dict):
         raise CLIError(f"config file '{path}' must hold a YAML mapping of key: value")
     return data

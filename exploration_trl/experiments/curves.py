@@ -66,11 +66,11 @@ def warm_start_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "warm_start" / "countdown_tiny"
 
 
-def run_settings(quick: bool, seed: int) -> countdown_task.Settings:
+def run_settings(quick: bool, seed: int, warm_start: Path | None = None) -> countdown_task.Settings:
     """The demo's settings (as `experiments.demo.demo_settings`: the warm start's split and model, the demo's RL batch,
     learning rate and evaluation) with RL seed `seed`. Rebuilt here rather than imported: `demo` imports the
     `countdown_tiny` package, whose command imports this module (`--curves`)."""
-    info = json.loads((warm_start_dir() / EXPORT_INFO).read_text())
+    info = json.loads((Path(warm_start or warm_start_dir()) / EXPORT_INFO).read_text())
     s = countdown_task.Settings(seed=int(info["seed"]), data=countdown_task.DataSettings(**info["settings"]["data"]),
                                 model=countdown_task.ModelSettings(**info["settings"]["model"]))
     s.rl.seed = seed
@@ -84,38 +84,23 @@ def settings_by_label() -> dict[str, tuple[str, dict[str, Any]]]:
     return {label: (method, overrides) for label, method, overrides in SETTINGS}
 
 
-def eval_at_steps(steps):
-    """A callback asking the trainer to evaluate at the given global steps (HF's `eval_steps` is a fixed period)."""
-    from transformers import TrainerCallback
-
-    wanted = {int(s) for s in steps if int(s) > 0}
-
-    class EvalAtSteps(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step in wanted:
-                control.should_evaluate = True
-            return control
-
-    return EvalAtSteps()
-
-
 def _rows(history: list[dict], label: str, method: str, cfg: dict, seed: int, n: int) -> list[dict[str, Any]]:
-    return [{"label": label, "method": method, "setting": dict(cfg), "seed": seed, "step": int(e["step"]),
-             "pass@1": e["eval_pass@1"], "pass@64": e[f"eval_pass@{n}"],
-             "distinct_correct": e.get("eval_distinct_correct"), "token_entropy": e.get("eval_token_entropy"),
-             "pass@64_ci": [e[f"eval_pass@{n}_ci_low"], e[f"eval_pass@{n}_ci_high"]]}
-            for e in history if "eval_pass@1" in e]
+    return [{"label": label, "method": method, "setting": dict(cfg), "seed": seed, **point}
+            for point in countdown_rl.heldout_trajectory(history, n)]
 
 
-def run_one(label: str, seed: int, steps: list[int], quick: bool, output: str) -> dict[str, Any]:
-    """Train one (setting, seed) from the warm start, evaluating at `steps`; returns its record.
+def run_one(label: str, seed: int, steps: list[int], quick: bool, output: str,
+            warm_start: str | None = None) -> dict[str, Any]:
+    """Train one (setting, seed) from the warm start (default: the demo's), evaluating at `steps`; returns its
+    record.
 
     The record is written after every evaluation (`<label>__seed<s>.json`, `"finished": false` until the budget is
     reached), so a run stopped early still counts with the checkpoints it evaluated."""
     from transformers import TrainerCallback
 
     method, overrides = settings_by_label()[label]
-    s = run_settings(quick, seed)
+    checkpoint = Path(warm_start) if warm_start else warm_start_dir()
+    s = run_settings(quick, seed, checkpoint)
     s.rl.steps = max(steps)
     train, test = countdown_task.make_problems(s.data, s.seed)
     bench = countdown_task.heldout_benchmark(test, s.eval.num_problems)
@@ -140,15 +125,11 @@ def run_one(label: str, seed: int, steps: list[int], quick: bool, output: str) -
             record(finished=False)
 
     try:
-        trainer, cfg = countdown_rl.build_rl_trainer(method, s, warm_start_dir(), train,
+        trainer, cfg = countdown_rl.build_rl_trainer(method, s, checkpoint, train,
                                                        out / "tmp" / f"{label}__seed{seed}", overrides,
-                                                       callbacks=[eval_at_steps(steps), WriteAfterEval()])
+                                                       callbacks=[WriteAfterEval()])
         box.update(trainer=trainer, cfg=cfg)
-        trainer.heldout_benchmark = bench
-        trainer.args.eval_n, trainer.args.eval_ks = n, sorted({1, n})
-        trainer.args.eval_temperature, trainer.args.eval_top_p = s.eval.temperature, s.eval.top_p
-        trainer.args.eval_generation_batch_size = s.eval.batch_size
-        trainer.args.eval_on_start = 0 in steps  # `train()` starts a fresh log history: evaluate step 0 inside it
+        countdown_rl.attach_heldout_eval(trainer, bench, s, steps, on_start=0 in steps)
         trainer.train()
     finally:
         restore()
@@ -185,6 +166,15 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def closest_to_beating(data: dict[str, Any]) -> str | None:
+    """The setting whose best checkpoint came closest to beating GRPO's trajectory (largest margin in standard
+    errors, `curves_rule.verdict`'s `best`): the demo's default (`experiments/demo.py`). A setting that beats GRPO
+    has the largest margin of all. None before any verdict."""
+    scored = [(v["vs_grpo"]["best"]["z"], label) for label, v in data.get("verdicts", {}).items()
+              if v.get("vs_grpo") and v["vs_grpo"].get("best")]
+    return max(scored)[1] if scored else None
+
+
 def _word(v: dict | None) -> str:
     if not v:
         return "-"
@@ -193,6 +183,12 @@ def _word(v: dict | None) -> str:
         return v["verdict"]
     return (f"{v['verdict']} (best: step {b['step']}, {100 * b['difference']:+.1f} pts = {b['z']:+.1f} SE; last: step "
             f"{v['last']['step']}, {100 * v['last']['difference']:+.1f} pts = {v['last']['z']:+.1f} SE)")
+
+
+def _mean_or_none(values: list) -> float | None:
+    """The mean of the values that are known (a model that never answers has no distinct-correct count)."""
+    known = [v for v in values if v is not None]
+    return curves_rule.mean_se(known)[0] if known else None
 
 
 def markdown_table(data: dict[str, Any]) -> str:
@@ -206,18 +202,18 @@ def markdown_table(data: dict[str, Any]) -> str:
         last = max(r["step"] for r in mine)
         at_last = [r for r in mine if r["step"] == last]
         path = " → ".join(f"{100 * p1:.1f}/{100 * p64:.1f}" for _, p1, p64, _, _ in traj)
-        dist = curves_rule.mean_se([r["distinct_correct"] for r in at_last])[0]
-        ent = curves_rule.mean_se([r["token_entropy"] for r in at_last])[0]
+        dist, ent = (_mean_or_none([r[key] for r in at_last]) for key in ("distinct_correct", "token_entropy"))
         v = data["verdicts"].get(label, {})
-        out.append([label, ",".join(str(s) for s in sorted({r["seed"] for r in mine})), last, path, f"{dist:.2f}",
-                    f"{ent:.3f}", _word(v.get("vs_grpo")), _word(v.get("vs_entropy_bonus"))])
+        seeds = ",".join(str(s) for s in sorted({r["seed"] for r in mine}))
+        out.append([label, seeds, last, path, "-" if dist is None else f"{dist:.2f}",
+                    "-" if ent is None else f"{ent:.3f}", _word(v.get("vs_grpo")), _word(v.get("vs_entropy_bonus"))])
     header = ["setting", "seeds", "last step", "pass@1 / pass@n % at each evaluated step (seed means)",
               "distinct correct (last)", "entropy (last)", "vs GRPO's trajectory", "vs the entropy bonus"]
     return _common.markdown_table(header, out)
 
 
 def summarize(output: Path, command: str, planned: list[tuple[str, int]], steps: list[int],
-              seconds: float | None = None) -> dict[str, Any]:
+              seconds: float | None = None, warm_start: Path | None = None) -> dict[str, Any]:
     """`curves.json`'s content from the finished runs (also written to `<output>/curves.json`)."""
     records = collect(output)
     rows = [r for rec in records for r in rec["rows"]]
@@ -239,20 +235,41 @@ def summarize(output: Path, command: str, planned: list[tuple[str, int]], steps:
         "rows": rows,
         "verdicts": verdicts(rows) if rows else {},
         "wall_seconds": seconds,
+        "warm_start": describe_warm_start(warm_start),
         "environment": _common.environment(),
     }
     _common.write_json(Path(output) / CURVES_FILE, data)
     return data
 
 
+def describe_warm_start(warm_start: Path | None) -> dict[str, Any]:
+    """Where the runs started: the folder, its export command and its size (the scale check changes it)."""
+    path = Path(warm_start or warm_start_dir())
+    info = json.loads((path / EXPORT_INFO).read_text())
+    return {"path": str(path), "shipped": warm_start is None, "command": info.get("command"),
+            "num_parameters": info.get("num_parameters"), "model": info["settings"]["model"],
+            "pass_at_1": info.get("pass_at_1")}
+
+
+def check_warm_start(path: str) -> Path:
+    """`--curves-warm-start`: a folder `countdown-tiny --sft-only --export` wrote, or a one-line error."""
+    folder = Path(path)
+    if not (folder / EXPORT_INFO).is_file():
+        raise ValueError(f"--curves-warm-start '{path}' is not a warm start (no {EXPORT_INFO}); make one with "
+                         "`exploration-trl countdown-tiny --sft-only --export DIR`")
+    return folder
+
+
 def run_curves(labels: list[str], seeds: list[int], output: Path, quick: bool = False,
-               steps: list[int] | None = None, workers: int = 2, command: str = "", log=None) -> dict[str, Any]:
+               steps: list[int] | None = None, workers: int = 2, command: str = "", log=None,
+               warm_start: Path | None = None) -> dict[str, Any]:
     log = log or functools.partial(print, flush=True)
     steps = sorted(set(steps or (QUICK_EVAL_STEPS if quick else EVAL_STEPS)))
     output = Path(output)
     planned = plan(labels, seeds)
     done = {(rec["label"], rec["seed"]) for rec in collect(output) if rec.get("finished", True)}
-    jobs = [(lb, sd, steps, quick, str(output)) for lb, sd in planned if (lb, sd) not in done]
+    ws = str(warm_start) if warm_start else None
+    jobs = [(lb, sd, steps, quick, str(output), ws) for lb, sd in planned if (lb, sd) not in done]
     log(f"[curves] {len(planned)} runs planned ({len(planned) - len(jobs)} already done in {output}), steps {steps}, "
         f"{workers} workers")
 
@@ -264,7 +281,7 @@ def run_curves(labels: list[str], seeds: list[int], output: Path, quick: bool = 
 
     with _common.Timer() as t:
         _common.run_jobs(run_one, jobs, workers=workers, threads=1, on_result=report)
-    data = summarize(output, command, planned, steps, t.seconds)
+    data = summarize(output, command, planned, steps, t.seconds, warm_start)
     from .curves_plot import plot_curves
 
     data["plot"] = str(plot_curves(data, output / PLOT_FILE))
@@ -276,6 +293,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--curves-settings", default=None,
                    help=f"Comma-separated labels (default all: {', '.join(lb for lb, _, _ in SETTINGS)}).")
     p.add_argument("--curves-seeds", default=None, help="Comma-separated RL seeds (default 0,1,2).")
+    p.add_argument("--curves-warm-start", default=None, metavar="DIR",
+                   help="Start every run from this warm start (a folder of `countdown-tiny --sft-only --export DIR`) "
+                        "instead of the demo's shipped one: the scale check.")
     p.add_argument("--curves-steps", default=None,
                    help=f"Comma-separated evaluation steps; the last is the budget (default {EVAL_STEPS}).")
 
@@ -308,7 +328,9 @@ def main_from_args(args, command: str | None = None) -> int:
         import sys
 
         command = "exploration-trl " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    data = run_curves(labels, seeds, output, quick=args.quick, steps=steps, workers=args.workers, command=command)
+    warm_start = check_warm_start(args.curves_warm_start) if getattr(args, "curves_warm_start", None) else None
+    data = run_curves(labels, seeds, output, quick=args.quick, steps=steps, workers=args.workers, command=command,
+                      warm_start=warm_start)
     print(markdown_table(data))
     print(f"wrote {output / CURVES_FILE} and {data['plot']}")
     return 0

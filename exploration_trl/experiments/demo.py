@@ -3,14 +3,17 @@
 1. **Warm start.** A 106k-parameter char-level Qwen2 (0.41 MB) fine-tuned on Countdown solutions ships with the
    package (`exploration_trl/data/warm_start/countdown_tiny`, made by `exploration-trl countdown-tiny --sft-only
    --export DIR --sft-hidden-size 64 --sft-layers 2`, seed 0). It solves about 22% of held-out problems per sample.
-2. **RL.** The chosen method (default: DS-GRPO at the setting the countdown-tiny sweep picked) and plain GRPO train
-   from it on the built-in countdown-tiny training problems with equal budgets: the same steps, batch, group size,
-   learning rate and seed, one process per model.
-3. **Evaluation.** The warm start and each trained model sample `--n-samples` completions for each of the held-out
-   problems, which no model trained on: pass@k, distinct correct equations per problem and token entropy.
+2. **RL.** The chosen method (default: the setting that came closest to beating GRPO in the budget experiment,
+   `docs/curves.json`) and plain GRPO train from it on the built-in countdown-tiny training problems with equal
+   budgets: the same steps, batch, group size, learning rate and seed, one process per model.
+3. **Evaluation.** The warm start and each trained model sample 64 completions for each of the held-out problems,
+   which no model trained on: pass@k, distinct correct equations per problem and token entropy. Each model is also
+   evaluated on the way (the budget experiment's steps below the budget), so the demo shows each trajectory in the
+   (pass@1, pass@64) plane: GRPO's falls as it sharpens, and the method is compared with GRPO's trajectory at the
+   same pass@1, the comparison of `curves_rule.py`.
 
-Writes `<output>/demo_summary.json`, `<output>/pass_at_k.png` and one folder per trained model (weights, tokenizer,
-model card with its pass@k, `eval/results.json`).
+Writes `<output>/demo_summary.json`, `<output>/pass_at_k.png`, `<output>/trajectory.png` and one folder per trained
+model (weights, tokenizer, model card with its pass@k, `eval/results.json`).
 """
 
 from __future__ import annotations
@@ -24,16 +27,24 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import _common, countdown_tiny
+from . import _common, countdown_tiny, curves_rule
+from .curves import EVAL_STEPS, QUICK_EVAL_STEPS
 
-#: The method the demo trains unless told otherwise, and its setting: the setting the countdown-tiny sweep's rule
-#: (fixed before it ran: most pass@64 within 1 point of GRPO's pass@1) picked for DS-GRPO, the only pick that was
-#: re-checked over 3 RL seeds (docs/what_it_shows.md). Other methods run at their config defaults (the papers').
+#: The method the demo trains unless told otherwise, and its setting: the budget experiment's setting closest to
+#: beating GRPO by its rule (`curves.closest_to_beating` on `docs/curves.json`; `tests/test_demo.py` checks the two
+#: agree). Other methods run at their config defaults (the papers').
+DEFAULT_LABEL = "dsgrpo_best"
 DEFAULT_METHOD = "dsgrpo"
 DEMO_SETTINGS: dict[str, dict[str, Any]] = {"dsgrpo": {"ds_gamma_p": 0.1, "ds_gamma_n": 0.0,
                                                        "ds_logp_granularity": "token"}}
+#: The budget experiment's settings whose verdict against GRPO's trajectory is "beats" (`docs/curves.json`; checked
+#: by `tests/test_demo.py`).
+BEATS_GRPO: tuple[str, ...] = ()
+#: RL steps of the default demo: long enough for GRPO's collapse to show (in the budget experiment its pass@64 falls
+#: about 10 points by step 400), short enough for about 3 minutes on 2 cores.
+DEMO_STEPS = 600
 #: Keys of `demo_summary.json` that every model's entry has.
-SUMMARY_KEYS = ("pass_at_k", "reward_first", "reward_last", "weights_changed", "seconds")
+SUMMARY_KEYS = ("pass_at_k", "reward_first", "reward_last", "weights_changed", "seconds", "trajectory")
 #: The summary's one key that is not a model.
 META_KEY = "demo"
 
@@ -55,10 +66,25 @@ def demo_settings(quick: bool, seed: int = 0, info: dict[str, Any] | None = None
     model = countdown_tiny.ModelSettings(**info["settings"]["model"])
     s = countdown_tiny.Settings(seed=int(info["seed"]), data=data, model=model)
     s.rl.seed = seed
+    s.rl.steps = DEMO_STEPS
     if quick:
         s.rl.steps, s.rl.prompts_per_step, s.rl.num_generations = 4, 2, 4
         s.eval.n_samples, s.eval.num_problems = 8, 16
     return s
+
+
+def checkpoints(steps: int, quick: bool) -> list[int]:
+    """The steps evaluated on the way, besides the warm start (step 0) and the end: the budget experiment's evaluation
+    steps below the budget, so the demo's points sit on the experiment's."""
+    return [s for s in (QUICK_EVAL_STEPS if quick else EVAL_STEPS) if 0 < s < steps]
+
+
+def eval_point(step: int, eval_result: dict[str, Any], n: int) -> dict[str, Any]:
+    """A full evaluation's summary as one trajectory point (the keys of `countdown_tiny.heldout_trajectory`)."""
+    s = eval_result["summary"]
+    return {"step": step, "pass@1": s["pass_at_k"]["1"], "pass@64": s["pass_at_k"][str(n)],
+            "distinct_correct": (s.get("solution_multiplicity") or {}).get("mean"),
+            "token_entropy": s.get("token_entropy")}
 
 
 def progress_callback(name: str, steps: int):
@@ -80,9 +106,10 @@ def progress_callback(name: str, steps: int):
 
 
 def train_and_evaluate(name: str, method: str, overrides: dict[str, Any], settings: countdown_tiny.Settings,
-                       checkpoint: Path, train: list[dict], bench, output: Path) -> dict[str, Any]:
-    """One model: RL from the warm start, held-out evaluation, then the saved model and its card (a job for
-    `_common.run_jobs`)."""
+                       checkpoint: Path, train: list[dict], bench, output: Path,
+                       on_the_way: list[int] | None = None) -> dict[str, Any]:
+    """One model: RL from the warm start (evaluated on the held-out problems at the steps `on_the_way`), the final
+    held-out evaluation, then the saved model and its card (a job for `_common.run_jobs`)."""
     import torch
 
     from ..hub.outcome import outcome_notes
@@ -96,6 +123,8 @@ def train_and_evaluate(name: str, method: str, overrides: dict[str, Any], settin
         with _common.Timer() as t_rl:
             trainer, cfg = countdown_tiny.build_rl_trainer(method, settings, checkpoint, train, out, overrides,
                                                            callbacks=[progress_callback(name, settings.rl.steps)])
+            if on_the_way:
+                countdown_tiny.attach_heldout_eval(trainer, bench, settings, on_the_way, on_start=False)
             before = weights_fingerprint(trainer.model)
             trainer.train()
         changed = weights_changed(trainer, before)
@@ -111,10 +140,14 @@ def train_and_evaluate(name: str, method: str, overrides: dict[str, Any], settin
         trainer.save_model(str(out))
         notes = outcome_notes(trainer_outcome(trainer, changed))
         trend = countdown_tiny.reward_trend(trainer)
+        n = settings.eval.n_samples
+        trajectory = countdown_tiny.heldout_trajectory(trainer.state.log_history, n)
+        trajectory.append(eval_point(trainer.state.global_step, res, n))
     finally:
         restore()
     return {"name": name, "method": method, "setting": dict(cfg), "eval": res, "weights_changed": changed,
-            "rl_seconds": t_rl.seconds, "eval_seconds": t_eval.seconds, "notes": notes, "folder": str(out), **trend}
+            "rl_seconds": t_rl.seconds, "eval_seconds": t_eval.seconds, "notes": notes, "folder": str(out),
+            "trajectory": trajectory, **trend}
 
 
 def _model_entry(run: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -132,6 +165,7 @@ def _model_entry(run: dict[str, Any], seconds: float) -> dict[str, Any]:
         "setting": run.get("setting"),
         "folder": run.get("folder"),
         "notes": run.get("notes", []),
+        "trajectory": run.get("trajectory", []),
     }
 
 
@@ -153,6 +187,81 @@ def summary_table(summary: dict[str, Any], n: int) -> str:
     header = ["model", "pass@1 %", f"pass@{n} %", "distinct correct / problem", "token entropy (nats)",
               "train reward first -> last", "weights changed", "seconds"]
     return _common.markdown_table(header, rows)
+
+
+def versus_grpo(summary: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """Per trained model other than GRPO: its pass@64 minus GRPO's trajectory's at the same pass@1
+    (`curves_rule.baseline_at`, GRPO's checkpoints joined in step order), at its last step and at its best step.
+    One seed: no standard error and no verdict (the budget experiment's, over 3 seeds, is in `docs/curves.json`).
+    None when GRPO was not trained or no checkpoint lies within GRPO's pass@1 range."""
+    grpo = summary.get("grpo")
+    if not grpo:
+        return {}
+    base = [(p["step"], p["pass@1"], p["pass@64"], None, 1) for p in grpo["trajectory"]]
+    out: dict[str, dict[str, Any] | None] = {}
+    for name, entry in summary.items():
+        if name in (META_KEY, "warm_start", "grpo"):
+            continue
+        compared = []
+        for p in entry["trajectory"]:
+            at = curves_rule.baseline_at(p["pass@1"], [base]) if p["step"] > 0 else None
+            if at is not None:
+                compared.append({"step": p["step"], "pass@1": p["pass@1"], "pass@64": p["pass@64"],
+                                 "grpo_pass@64": at[0], "difference": p["pass@64"] - at[0]})
+        out[name] = {"last": compared[-1], "best": max(compared, key=lambda c: c["difference"])} if compared else None
+    return out
+
+
+def trajectory_table(summary: dict[str, Any], n: int) -> str:
+    """Per model: pass@1 / pass@n at each evaluated step, and (methods) the distance to GRPO's trajectory."""
+    vs = versus_grpo(summary)
+    steps = sorted({p["step"] for name, m in summary.items() if name != META_KEY for p in m["trajectory"]})
+    rows = []
+    for name, m in summary.items():
+        if name == META_KEY or name == "warm_start":
+            continue
+        at = {p["step"]: p for p in m["trajectory"]}
+        cells = [f"{100 * at[t]['pass@1']:.1f} / {100 * at[t]['pass@64']:.1f}" if t in at else "-" for t in steps]
+        v = vs.get(name)
+        last, best = (v or {}).get("last"), (v or {}).get("best")
+        word = ("(reference)" if name == "grpo" else "-" if v is None else
+                f"{100 * last['difference']:+.1f} at step {last['step']} "
+                f"(best {100 * best['difference']:+.1f} at step {best['step']})")
+        rows.append([name, *cells, word])
+    header = ["model", *[f"step {t}" for t in steps], f"pass@{n} minus GRPO's trajectory at the same pass@1 (points)"]
+    return _common.markdown_table(header, rows)
+
+
+def plot_trajectories(summary: dict[str, Any], n: int, out_png: Path) -> Path | None:
+    """Each model's checkpoints in the (pass@1, pass@n) plane, in step order, GRPO's bold: a method lies above
+    GRPO's trajectory, or it has not beaten GRPO stopped early."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    names = [k for k in summary if k not in (META_KEY, "warm_start")]
+    if not names:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    try:
+        for i, name in enumerate(names):
+            t = summary[name]["trajectory"]
+            bold = name == "grpo"
+            xs, ys = [100 * p["pass@1"] for p in t], [100 * p["pass@64"] for p in t]
+            ax.plot(xs, ys, marker="o", color="black" if bold else plt.cm.tab10(i % 10),
+                    linewidth=2.6 if bold else 1.4, label=name, zorder=3 if bold else 2)
+            for p, x, y in zip(t, xs, ys):
+                ax.annotate(str(p["step"]), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("held-out pass@1 %")
+        ax.set_ylabel(f"held-out pass@{n} %")
+        ax.set_title("countdown-tiny: trajectories over RL steps (labels: step)", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return _common.save_figure(fig, out_png)
+    finally:
+        plt.close(fig)
 
 
 def _method_label(method: str, overrides: dict[str, Any]) -> str:
@@ -177,7 +286,8 @@ def run_demo(method: str, compare: list[str], output: Path, quick: bool = False,
     log(f"[demo] warm start: {ckpt} ({info['size_mb']:.2f} MB, {info['num_parameters']:,} parameters)")
     log(f"[demo] training {', '.join(_method_label(m, settings_by_model[m]) for m in names)}: {r.steps} steps x "
         f"{r.prompts_per_step} prompts x {r.num_generations} completions each, learning rate {r.learning_rate:g}, "
-        f"seed {settings.rl_seed}")
+        f"seed {settings.rl_seed}; held-out evaluation at steps "
+        f"{', '.join(map(str, [0, *checkpoints(r.steps, quick), r.steps]))}")
     with _common.Timer() as total:
         restore = _common.quiet_training_logs()
         try:
@@ -198,20 +308,28 @@ def run_demo(method: str, compare: list[str], output: Path, quick: bool = False,
         def report(run):
             countdown_tiny.log_eval(log, run["name"], run["eval"], run["rl_seconds"], prefix="demo")
 
-        jobs = [(m, m, settings_by_model[m], settings, ckpt, train, bench, output) for m in names]
+        on_the_way = checkpoints(r.steps, quick)
+        jobs = [(m, m, settings_by_model[m], settings, ckpt, train, bench, output, on_the_way) for m in names]
+        start = eval_point(0, ws_eval, e.n_samples)
+        runs["warm_start"]["trajectory"] = [start]
         for run in _common.run_jobs(train_and_evaluate, jobs, workers=workers, threads=1, on_result=report):
+            run["trajectory"] = [start, *run["trajectory"]]
             runs[run["name"]] = run
             seconds[run["name"]] = run["rl_seconds"] + run["eval_seconds"]
     summary = {name: _model_entry(run, seconds[name]) for name, run in runs.items()}
     plot = countdown_tiny._plot(runs, output / "pass_at_k.png")
+    trajectory_plot = plot_trajectories(summary, e.n_samples, output / "trajectory.png")
     table = summary_table(summary, e.n_samples)
+    along_the_way = trajectory_table(summary, e.n_samples)
     summary[META_KEY] = {
         "method": method, "compare": [c for c in compare if c != method], "quick": quick,
         "warm_start": {"path": str(ckpt), **{k: info[k] for k in ("command", "num_parameters", "size_mb")}},
         "settings": asdict(settings), "num_heldout_problems": len(bench.records), "n_samples": e.n_samples,
         "reward_window": "reward_first / reward_last: mean training reward over the first / last tenth of the "
                          "logged steps",
-        "table": table, "plot": str(plot) if plot else None, "seconds_total": total.seconds,
+        "eval_steps": [0, *on_the_way, r.steps], "versus_grpo": versus_grpo(summary),
+        "table": table, "trajectory_table": along_the_way, "plot": str(plot) if plot else None,
+        "trajectory_plot": str(trajectory_plot) if trajectory_plot else None, "seconds_total": total.seconds,
         "environment": _common.environment(),
     }
     _common.write_json(output / "demo_summary.json", summary)
@@ -220,8 +338,9 @@ def run_demo(method: str, compare: list[str], output: Path, quick: bool = False,
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "demo", help="The main job: RL from a shipped Countdown warm start, one method against GRPO, pass@k before "
-                     "and after (about 2 minutes on 2 CPU cores).",
+        "demo", help="The main job: RL from a shipped Countdown warm start, one method against GRPO, held-out pass@k "
+                     "along the way and the trajectories in the pass@1-pass@64 plane (about 3 minutes on 2 CPU "
+                     "cores).",
         description=__doc__.splitlines()[0])
     p.add_argument("--method", default=DEFAULT_METHOD,
                    help=f"Method to train (default {DEFAULT_METHOD} with "
@@ -234,7 +353,7 @@ def register(subparsers) -> None:
     p.add_argument("--output-dir", dest="output", metavar="OUTPUT_DIR", default="outputs/demo",
                    help="Output folder (default %(default)s).")
     p.add_argument("--output", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old spelling
-    p.add_argument("--steps", type=int, default=None, help="RL steps per model (default 200; --quick 4).")
+    p.add_argument("--steps", type=int, default=None, help=f"RL steps per model (default {DEMO_STEPS}; --quick 4).")
     p.add_argument("--seed", type=int, default=0, help="RL and sampling seed (default %(default)s).")
     p.add_argument("--config", default=None,
                    help="YAML mapping method -> {config field: value} overriding a method's setting.")
@@ -260,11 +379,19 @@ def main_from_args(args) -> int:
     print(f"\nexploration-trl demo: {meta['num_heldout_problems']} held-out countdown-tiny problems x "
           f"{meta['n_samples']} samples, {meta['settings']['rl']['steps']} RL steps per model")
     print(meta["table"])
+    print(f"\nAlong the way (held-out pass@1 / pass@{meta['n_samples']} %; trajectory plot: "
+          f"{meta['trajectory_plot']}):")
+    print(meta["trajectory_table"])
+    found = (f"these settings did: {', '.join(BEATS_GRPO)}" if BEATS_GRPO else
+             "none did at this scale; GRPO stopped early is the one to beat")
+    print("A method that trades pass@1 for pass@k has beaten GRPO only where it lies above GRPO's trajectory at the "
+          f"same pass@1, by more than the RL-seed noise. In the budget experiment (docs/curves.json) {found}.")
     for name, entry in summary.items():
         for note in entry.get("notes", []) if name != META_KEY else []:
             print(f"warning: {name}: {note}", file=sys.stderr)
     print("\nRL-seed noise on this task is about 1 point of pass@1 and of pass@64 (docs/what_it_shows.md): smaller "
           "differences between the trained models are noise.")
-    print(f"wrote {Path(args.output) / 'demo_summary.json'}, {meta['plot']} and the models with their cards in "
+    print(f"wrote {Path(args.output) / 'demo_summary.json'}, {meta['plot']}, {meta['trajectory_plot']} and the models "
+          f"with their cards in "
           f"{meta['seconds_total']:.0f} s")
     return 0

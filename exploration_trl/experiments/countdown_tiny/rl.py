@@ -68,6 +68,43 @@ def reward_trend(trainer, window: int | None = None) -> dict[str, Any]:
             "reward_mean": sum(rewards) / len(rewards), "reward_window": n}
 
 
+def eval_at_steps(steps):
+    """A callback asking the trainer to evaluate at the given global steps (HF's `eval_steps` is a fixed period)."""
+    from transformers import TrainerCallback
+
+    wanted = {int(s) for s in steps if int(s) > 0}
+
+    class EvalAtSteps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step in wanted:
+                control.should_evaluate = True
+            return control
+
+    return EvalAtSteps()
+
+
+def attach_heldout_eval(trainer, bench, settings: Settings, steps, on_start: bool) -> None:
+    """Make `trainer` sample the held-out benchmark at the global `steps` (and before the first step when
+    `on_start`) with the experiment's evaluation settings (`trainers/heldout_eval.py`): pass@1 and pass@n, distinct
+    correct answers and token entropy land in its log history (see `heldout_trajectory`)."""
+    e, args = settings.eval, trainer.args
+    trainer.heldout_benchmark = bench
+    args.eval_n, args.eval_ks = e.n_samples, sorted({1, e.n_samples})
+    args.eval_temperature, args.eval_top_p = e.temperature, e.top_p
+    args.eval_generation_batch_size = e.batch_size
+    args.eval_on_start = on_start  # `train()` starts a fresh log history: a step-0 evaluation must happen inside it
+    trainer.add_callback(eval_at_steps(steps))
+
+
+def heldout_trajectory(log_history: list[dict], n: int) -> list[dict[str, Any]]:
+    """The held-out evaluations of a log history, one dict per evaluated step: `step`, `pass@1`, `pass@64` (pass@n,
+    under the key the budget experiment uses), `distinct_correct`, `token_entropy` and `pass@64_ci`."""
+    return [{"step": int(e["step"]), "pass@1": e["eval_pass@1"], "pass@64": e[f"eval_pass@{n}"],
+             "distinct_correct": e.get("eval_distinct_correct"), "token_entropy": e.get("eval_token_entropy"),
+             "pass@64_ci": [e[f"eval_pass@{n}_ci_low"], e[f"eval_pass@{n}_ci_high"]]}
+            for e in log_history if "eval_pass@1" in e]
+
+
 def train_rl(method: str, settings: Settings, checkpoint: Path, train: list[dict], out_dir: Path,
              overrides: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
     """Train `method` from `checkpoint`; returns `(model, tokenizer, info)`."""
