@@ -31,7 +31,8 @@ QUICK_EVAL_STEPS = (0, 2, 4)
 #: `(label, method, overrides)`: GRPO; the entropy bonus at two coefficients (0.01: the usual LLM value and
 #: `frontier.PUBLISHED`; 0.1: the countdown sweep's best); each method at its published setting and at its best
 #: setting from the countdown sweep (docs/what_it_shows.md; ProGRPO's best is its published alpha 0.3); one
-#: composition (ProGRPO+CaSP at their published settings).
+#: composition (ProGRPO+CaSP at their published settings); the entropy-band controller; the pass@k-objective
+#: methods at their papers' settings.
 SETTINGS: list[tuple[str, str, dict[str, Any]]] = [
     # In run order (two at a time, every seed of a pair before the next pair; see `plan`), so a run stopped by the
     # clock has the most-asked comparisons: GRPO and the demo's method first, the published-only settings last.
@@ -53,6 +54,11 @@ SETTINGS: list[tuple[str, str, dict[str, Any]]] = [
     # The two-sided entropy controller (issue 27) from the bonus that diverges: the band, fixed before the run, is
     # the warm start's 0.46 nats per token +- about a third.
     ("entropy_band_0.1", "grpo_entropy", {"entropy_coef": 0.1, "entropy_band": [0.3, 0.6]}),
+    # The pass@k-objective methods of issue 27 at their papers' settings (added after the first budget run was
+    # planned, so they run last).
+    ("unlikely_published", "unlikely", {"unlikely_beta": 0.25}),
+    ("passk_published", "passk", {"passk_k": 4}),
+    ("pkpo_published", "pkpo", {"pkpo_k": 4}),
 ]
 QUICK_LABELS = ("grpo", "entropy_0.1", "dsgrpo_best")
 BASELINE, ENTROPY_LABELS = "grpo", ("entropy_0.01", "entropy_0.1")
@@ -246,7 +252,8 @@ def describe_warm_start(warm_start: Path | None) -> dict[str, Any]:
     """Where the runs started: the folder, its export command and its size (the scale check changes it)."""
     path = Path(warm_start or warm_start_dir())
     info = json.loads((path / EXPORT_INFO).read_text())
-    return {"path": str(path), "shipped": warm_start is None, "command": info.get("command"),
+    shown = "exploration_trl/data/warm_start/countdown_tiny" if warm_start is None else str(path)  # no local paths
+    return {"path": shown, "shipped": warm_start is None, "command": info.get("command"),
             "num_parameters": info.get("num_parameters"), "model": info["settings"]["model"],
             "pass_at_1": info.get("pass_at_1")}
 
