@@ -38,26 +38,43 @@ LAYOUTS = {
     "progrpo+casp": (2, 1, 2, 5, 2),
     "pkpo": (4, 1, 1, 5, 3),
     "unlikely": (2, 1, 2, 5, 2),
+    "grpo_dynamic_sampling": (2, 1, 1, 6, 3),
 }
+#: Cases that are not a method name: the method they train, a reward and config changes. Dynamic sampling needs
+#: groups whose reward does not vary (a 0/1 reward) and a learning rate low enough that they keep varying, so that
+#: refills happen both before the checkpoint and after it.
+CASE_METHOD = {"grpo_dynamic_sampling": "grpo"}
+
+
+def at_least_five_distinct_chars(completions, **kwargs):
+    return [1.0 if r >= 5 / 8 else 0.0 for r in distinct_char_reward(completions)]
+
+
+CASE_REWARD = {"grpo_dynamic_sampling": at_least_five_distinct_chars}
+CASE_CONFIG = {"grpo_dynamic_sampling": {"learning_rate": 0.01, "per_device_train_batch_size": 8}}
 #: mp_driver's settings, except Clip-Cov: half the tokens, drawn at random (its private generator is restored too).
-SETTINGS = {**METHOD_SETTINGS, "clip_cov": {"clip_cov_ratio": 0.5, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9}}
+SETTINGS = {**METHOD_SETTINGS, "clip_cov": {"clip_cov_ratio": 0.5, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9},
+            "grpo_dynamic_sampling": {"dynamic_sampling": True, "dynamic_sampling_metric": "reward",
+                                      "dynamic_sampling_max_rounds": 3}}
 COMPARED = ("loss", "grad_norm", "reward", "entropy", "exploration/lambda_sample", "exploration/branching_factor",
             "exploration/entropy_correct", "exploration/entropy_wrong")
 
 
 def make_trainer(method: str, ckpt: str, out: Path, per_device: int, seed: int, save_steps: int):
-    cls = et.get_trainer_class(method)
+    cls = et.get_trainer_class(CASE_METHOD.get(method, method))
     spg, ga, iters, max_steps, _ = LAYOUTS[method]
     layout = {} if spg is None else {"steps_per_generation": spg}
-    args = cls.config_class(
+    config = dict(
         output_dir=str(out), per_device_train_batch_size=per_device, num_generations=4, max_completion_length=6,
         max_steps=max_steps, num_iterations=iters, gradient_accumulation_steps=ga, learning_rate=0.05,
         optim="adamw_torch", lr_scheduler_type="linear", logging_steps=1, save_strategy="steps",
         save_steps=save_steps, report_to=[], use_cpu=True, bf16=False, seed=seed, disable_tqdm=True,
         **layout, **SETTINGS[method],
     )
+    args = cls.config_class(**{**config, **CASE_CONFIG.get(method, {})})
     dataset = Dataset.from_dict({"prompt": PROMPTS * 4})  # 48 prompts: KL-Cov's 8-slice rollouts on 2 processes
-    return cls(model=ckpt, reward_funcs=distinct_char_reward, args=args, train_dataset=dataset)
+    return cls(model=ckpt, reward_funcs=CASE_REWARD.get(method, distinct_char_reward), args=args,
+               train_dataset=dataset)
 
 
 def logged(trainer, after: int) -> dict:
@@ -84,6 +101,8 @@ def run_one(method: str, ckpt: str, out: Path, per_device: int, seed: int):
             "generations_after_resume": (max_steps * full.args.gradient_accumulation_steps - 1) // generate_every
             - step_at_checkpoint // generate_every,
             "full_log": logged(full, resume_at), "resumed_log": logged(resumed, resume_at),
+            "refill_rounds": {str(e["step"]): e["dynamic_sampling/rounds"] for e in full.state.log_history
+                              if "dynamic_sampling/rounds" in e},
         }
         (out / "result.json").write_text(json.dumps(result))
     full.accelerator.wait_for_everyone()

@@ -1,5 +1,6 @@
 """Exact resume (exploration_trl/trainers/resume.py): a run resumed from a checkpoint inside a rollout's updates equals
-the uninterrupted run, for every method, in 1 process and in 2 (real DDP, gloo); a checkpoint without the saved
+the uninterrupted run, for every method and for dynamic sampling (whose refill iterator's position is saved too), in
+1 process and in 2 (real DDP, gloo); a checkpoint without the saved
 buffer (0.2.0, plain TRL) still resumes and says that the partial rollout is re-sampled.
 
 Each launch of tests/resume_driver.py trains all methods (uninterrupted run, then the resumed one), so the 2-process
@@ -64,6 +65,11 @@ def test_resume_inside_rollout_is_exact(method, num_processes, launches):
     assert result["moved"] > 1e-3  # the run trained: equality below is not that of two untouched models
     assert result["max_param_diff"] <= TOL
     assert result["full_log"] and result["resumed_log"] == result["full_log"]  # losses and metrics, step by step
+    if method == "grpo_dynamic_sampling":  # refills (rounds > 1) before the checkpoint and after it
+        rounds = {int(step): r for step, r in result["refill_rounds"].items()}
+        resume_at = LAYOUTS[method][-1]
+        assert any(r > 1 for s, r in rounds.items() if s <= resume_at), rounds
+        assert any(r > 1 for s, r in rounds.items() if s > resume_at), rounds
     checkpoint = out / "full" / f"checkpoint-{LAYOUTS[method][-1]}"
     for rank in range(num_processes):  # one state file per process, the buffer saved (mid-rollout checkpoint)
         assert (checkpoint / STATE_FILE.format(rank)).is_file()

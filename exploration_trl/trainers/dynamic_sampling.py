@@ -44,6 +44,10 @@ class DynamicSamplingMixin:
 
     _ds_replay: dict | None = None
     _ds_iterator = None
+    #: Refill batches drawn so far, and how many a resumed run must skip before its first refill (`resume.py` saves
+    #: and restores the count, so a resumed run refills from the prompts the uninterrupted one would).
+    _ds_drawn = 0
+    _ds_skip = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,7 +146,21 @@ class DynamicSamplingMixin:
                 batch_size=self._train_batch_size * self.args.steps_per_generation,  # as TRL's get_train_dataloader
                 sampler_fn=self._refill_sampler,
             )
-            self._ds_iterator = iter(self._ds_dataloader)
+            if self._ds_skip:
+                # A resumed run: move to where the interrupted one was. Creating a DataLoader iterator draws from the
+                # global torch RNG, whose draws before the checkpoint are already in the state the checkpoint
+                # restored, so the skipping runs on a forked RNG.
+                with torch.random.fork_rng(devices=[]):
+                    self._ds_iterator = iter(self._ds_dataloader)
+                    for _ in range(self._ds_skip):
+                        self._next_refill()
+                self._ds_skip = 0
+            else:
+                self._ds_iterator = iter(self._ds_dataloader)
+        self._ds_drawn += 1
+        return self._next_refill()
+
+    def _next_refill(self):
         try:
             return next(self._ds_iterator)
         except StopIteration:

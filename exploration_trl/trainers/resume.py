@@ -113,6 +113,7 @@ class ResumeMixin:
             "buffered_inputs": _to(self._buffered_inputs, "cpu") if inside else None,
             "generators": {name: g.get_state() for name, g in vars(self).items() if isinstance(g, torch.Generator)},
             "metrics": {name: list(values) for name, values in self._metrics["train"].items()},
+            "refill_batches_drawn": int(getattr(self, "_ds_drawn", 0)),  # dynamic sampling's second iterator
         }
 
     def _save_checkpoint(self, model, trial) -> None:
@@ -159,6 +160,8 @@ class ResumeMixin:
                 generator.set_state(value)
         for name, values in state["metrics"].items():
             self._metrics["train"][name].extend(values)
+        # Absent from states written before the refill position was saved: refills then restart from the first.
+        self._ds_drawn = self._ds_skip = int(state.get("refill_batches_drawn", 0))
 
     def _resume_without_state(self, checkpoint: str) -> None:
         """A checkpoint written without the state file (exploration-trl 0.2.0, or plain TRL): align `_step` with the
