@@ -38,6 +38,7 @@ LAYOUTS = {
     "progrpo+casp": (2, 1, 2, 5, 2),
     "pkpo": (4, 1, 1, 5, 3),
     "unlikely": (2, 1, 2, 5, 2),
+    "passk": (2, 1, 2, 5, 2),
     "grpo_dynamic_sampling": (2, 1, 1, 6, 3),
 }
 #: Cases that are not a method name: the method they train, a reward and config changes. Dynamic sampling needs
@@ -50,7 +51,15 @@ def at_least_five_distinct_chars(completions, **kwargs):
     return [1.0 if r >= 5 / 8 else 0.0 for r in distinct_char_reward(completions)]
 
 
-CASE_REWARD = {"grpo_dynamic_sampling": at_least_five_distinct_chars}
+def odd_character_sum(completions, **kwargs):
+    """A 0/1 reward that is 1 for about half of the toy model's completions."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [float(sum(map(ord, t)) % 2) for t in texts]
+
+
+#: passk's advantages are zero unless a group has at least k wrong answers (and one right): with the graded reward
+#: nearly every toy completion clears its threshold, so passk gets a 0/1 reward that is right about half the time.
+CASE_REWARD = {"grpo_dynamic_sampling": at_least_five_distinct_chars, "passk": odd_character_sum}
 CASE_CONFIG = {"grpo_dynamic_sampling": {"learning_rate": 0.01, "per_device_train_batch_size": 8}}
 #: mp_driver's settings, except Clip-Cov: half the tokens, drawn at random (its private generator is restored too).
 SETTINGS = {**METHOD_SETTINGS, "clip_cov": {"clip_cov_ratio": 0.5, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9},
