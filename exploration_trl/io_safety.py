@@ -90,3 +90,31 @@ def os_error_line(exc: OSError, fallback_path: str | os.PathLike | None = None) 
     path = exc.filename or fallback_path
     where = f" '{path}'" if path else ""
     return f"cannot write{where}: {reason}; free space or choose a writable output_dir (what was saved before is kept)"
+
+
+def last_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The `checkpoint-<step>` folder with the highest step under `output_dir`, or None."""
+    folder = Path(output_dir)
+    steps = [int(p.name.split("-", 1)[1]) for p in folder.glob("checkpoint-*")
+             if p.is_dir() and p.name.split("-", 1)[1].isdigit()] if folder.is_dir() else []
+    return str(folder / f"checkpoint-{max(steps)}") if steps else None
+
+
+def remove_files_written_since(folder: str | os.PathLike, started: float) -> list[str]:
+    """Delete the files directly in `folder` modified at or after `started` (a save that failed half-way: a truncated
+    `model.safetensors` must not pass for the trained model); sub-folders such as checkpoints are left alone."""
+    removed = []
+    for entry in Path(folder).iterdir() if Path(folder).is_dir() else []:
+        if entry.is_file() and entry.stat().st_mtime >= started:
+            entry.unlink()
+            removed.append(entry.name)
+    return sorted(removed)
+
+
+def final_save_failed_line(line: str, output_dir: str | os.PathLike) -> str:
+    """`os_error_line`'s line for the end-of-training save, with what the user still has and how to finish."""
+    ckpt = last_checkpoint(output_dir)
+    where = (f"the last checkpoint, {ckpt}, is intact: free space, then rerun with --resume_from_checkpoint {ckpt} to "
+             "save the model" if ckpt else
+             "no checkpoint was saved (set save_strategy: steps to keep one), so the run must be repeated")
+    return f"{line.split('; free space')[0]}; the trained model was not saved (its partial files are removed); {where}"

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +200,49 @@ def test_disk_full_while_training_is_one_line_naming_the_folder(tmp_path, capsys
     line = run_error(capsys, ["train", "--config", write_yaml(tmp_path, save_strategy="steps", save_steps=1)])
     assert line == (f"error: cannot write '{tmp_path / 'out'}': the disk is full; free space or choose a writable "
                     "output_dir (what was saved before is kept)")
+
+
+def test_disk_full_at_the_final_save_keeps_the_checkpoint_and_leaves_no_partial_model(tmp_path, capsys, monkeypatch):
+    """The end-of-training save fails half-way (a truncated model.safetensors, then ENOSPC): the partial files are
+    removed, the last checkpoint is intact and named in the one error line, and resuming from it saves the model."""
+    from transformers import Trainer
+
+    from helpers import run_error, write_yaml
+
+    real_save = Trainer._save
+
+    def save_half(self, output_dir=None, state_dict=None):
+        if "checkpoint-" in str(output_dir):
+            return real_save(self, output_dir, state_dict)
+        (Path(output_dir) / "model.safetensors").write_bytes(b"\0" * 100)  # truncated
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Trainer, "_save", save_half)
+    config = write_yaml(tmp_path, save_strategy="steps", save_steps=1, max_steps=2)
+    out = tmp_path / "out"
+    line = run_error(capsys, ["train", "--config", config])
+    ckpt = out / "checkpoint-2"
+    assert line == (f"error: cannot write '{out}': the disk is full; the trained model was not saved (its partial "
+                    f"files are removed); the last checkpoint, {ckpt}, is intact: free space, then rerun with "
+                    f"--resume_from_checkpoint {ckpt} to save the model")
+    assert not (out / "model.safetensors").exists() and (ckpt / "model.safetensors").stat().st_size > 1000
+    monkeypatch.undo()
+    from exploration_trl.cli import main
+
+    assert main(["train", "--config", config, "--resume_from_checkpoint", str(ckpt)]) == 0
+    from safetensors.torch import load_file
+
+    final, saved = load_file(str(out / "model.safetensors")), load_file(str(ckpt / "model.safetensors"))
+    assert final.keys() == saved.keys() and all((final[k] == saved[k]).all() for k in final)
+    assert (out / "README.md").is_file()
+
+
+def test_disk_full_at_the_final_save_without_checkpoints_says_so(tmp_path, capsys, monkeypatch):
+    from transformers import Trainer
+
+    from helpers import run_error, write_yaml
+
+    monkeypatch.setattr(Trainer, "_save", _enospc)
+    line = run_error(capsys, ["train", "--config", write_yaml(tmp_path, save_strategy="no")])
+    assert line.endswith("no checkpoint was saved (set save_strategy: steps to keep one), so the run must be repeated")
+    assert not (tmp_path / "out" / "model.safetensors").exists()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
 
-from ..io_safety import check_output_dir, os_error_line
+from ..io_safety import check_output_dir, final_save_failed_line, os_error_line, remove_files_written_since
 from .common import CLIError
 from .train_args import parse_train_args
 from .train_data import check_prompt_lengths, check_rewards, load_train_dataset, resolve_reward_funcs
@@ -44,9 +45,11 @@ def _toy_model(training_args, script_args):
 
 
 class Stage:
-    """Where `train` is, so that an error raised while progress bars run starts on a fresh line."""
+    """Where `train` is: `training` while progress bars run (an error then starts on a fresh line); `started` once
+    training began, after which the output folder holds its work and an error never removes it."""
 
     training = False
+    started = False
 
 
 def train_main(argv: list[str]) -> int:
@@ -54,11 +57,13 @@ def train_main(argv: list[str]) -> int:
     check_output_dir(training_args.output_dir)  # before anything loads or is written
     output_dir = Path(training_args.output_dir)
     created = not output_dir.exists()
+    Stage.started = False
     try:
         return _train(script_args, training_args, model_args)
     except (CLIError, ValueError, FileNotFoundError):
         # A mistake found before training: leave no folder behind that this run created (e.g. the toy model's).
-        if created and not Stage.training and output_dir.is_dir():
+        # After training began (an error at the final save or the push) the folder holds checkpoints: keep it.
+        if created and not Stage.started and output_dir.is_dir():
             shutil.rmtree(output_dir, ignore_errors=True)
         raise
     except OSError as e:
@@ -66,6 +71,22 @@ def train_main(argv: list[str]) -> int:
         if line is None:
             raise
         raise CLIError(line) from None
+
+
+def _save_final_model(trainer, output_dir: str) -> None:
+    """`save_model` (it writes the card too: `ExplorationGRPOTrainer.create_model_card`). If the disk fills up on the
+    way, the half-written files are removed (a truncated `model.safetensors` must not pass for the trained model)
+    and the one error line names the checkpoint to resume from."""
+    started = time.time() - 1.0  # file times can be coarser than the clock
+    try:
+        trainer.save_model(output_dir)
+    except OSError as e:
+        line = os_error_line(e, output_dir)
+        if line is None:
+            raise
+        if trainer.accelerator.is_main_process:
+            remove_files_written_since(output_dir, started)
+        raise CLIError(final_save_failed_line(line, output_dir)) from None
 
 
 def _train(script_args, training_args, model_args) -> int:
@@ -107,11 +128,11 @@ def _train(script_args, training_args, model_args) -> int:
     )
     trainer.model_card_info = {"dataset": script_args.dataset_name, "base_model": model}  # for every card it writes
     before = weights_fingerprint(trainer.model)
-    Stage.training = True
+    Stage.training = Stage.started = True
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     Stage.training = False
     changed = trainer.model_card_info["weights_changed"] = weights_changed(trainer, before)
-    trainer.save_model(training_args.output_dir)  # writes the card too (`ExplorationGRPOTrainer.create_model_card`)
+    _save_final_model(trainer, training_args.output_dir)
     if trainer.accelerator.is_main_process:
         for note in outcome_notes(trainer_outcome(trainer, changed)):
             print(f"warning: {note}", file=sys.stderr)
