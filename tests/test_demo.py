@@ -60,7 +60,8 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
     printed = capsys.readouterr().out
     summary = json.loads((out / "demo_summary.json").read_text())
     models = [k for k in summary if k != demo.META_KEY]
-    assert models == ["warm_start", "dsgrpo", "grpo"]
+    method = demo.DEFAULT_METHOD
+    assert models == ["warm_start", method, "grpo"]
     for name in models:
         entry = summary[name]
         assert set(demo.SUMMARY_KEYS) <= set(entry)
@@ -69,7 +70,7 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
         assert all(0 <= v <= 1 for v in values) and values == sorted(values)
         assert entry["seconds"] > 0
     assert summary["warm_start"]["weights_changed"] is None and summary["warm_start"]["reward_first"] is None
-    for name in ("dsgrpo", "grpo"):
+    for name in (method, "grpo"):
         entry = summary[name]
         assert entry["weights_changed"] is True
         assert math.isfinite(entry["reward_first"]) and math.isfinite(entry["reward_last"])
@@ -79,7 +80,7 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
         assert "pass@1" in card and "countdown-tiny" in card
         assert 'tokenizer("nums: 3 5 7\\ntarget: 22\\n"' in card  # the plain-text prompt it was trained on
         assert exploration_trl.PROJECT_URL in card and "pypi.org" not in card
-    assert summary["dsgrpo"]["setting"] == demo.DEMO_SETTINGS["dsgrpo"]
+    assert summary[method]["setting"] == demo.DEMO_SETTINGS[method]
     assert summary["grpo"]["setting"] == {}
     assert (out / "pass_at_k.png").stat().st_size > 10_000
     # the printed table has a row per model with its pass@1
@@ -90,14 +91,14 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
     # Held-out evaluation on the way: the warm start is step 0 of every trajectory, the last point is the final eval.
     assert summary[demo.META_KEY]["eval_steps"] == [0, 2, 4]
     assert [p["step"] for p in summary["warm_start"]["trajectory"]] == [0]
-    for name in ("dsgrpo", "grpo"):
+    for name in (method, "grpo"):
         t = summary[name]["trajectory"]
         assert [p["step"] for p in t] == [0, 2, 4]
         assert t[0] == summary["warm_start"]["trajectory"][0]
         final = summary[name]["pass_at_k"]
         assert (t[-1]["pass@1"], t[-1]["pass@64"]) == (final["1"], final["8"])
         assert all(0 <= p["pass@1"] <= p["pass@64"] <= 1 and p["distinct_correct"] >= 0 for p in t)
-    assert set(summary[demo.META_KEY]["versus_grpo"]) == {"dsgrpo"}
+    assert set(summary[demo.META_KEY]["versus_grpo"]) == {method}
     assert (out / "trajectory.png").stat().st_size > 10_000
     assert "| step 0 " in printed and "| step 2 " in printed and "(reference)" in printed
 

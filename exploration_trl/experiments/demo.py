@@ -1,4 +1,4 @@
-"""`exploration-trl demo`: does RL keep exploring? Two minutes on a CPU, from a warm start that can learn.
+"""`exploration-trl demo`: does RL keep exploring? About three minutes on a CPU, from a warm start that can learn.
 
 1. **Warm start.** A 106k-parameter char-level Qwen2 (0.41 MB) fine-tuned on Countdown solutions ships with the
    package (`exploration_trl/data/warm_start/countdown_tiny`, made by `exploration-trl countdown-tiny --sft-only
@@ -28,15 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from . import _common, countdown_tiny, curves_rule
-from .curves import EVAL_STEPS, QUICK_EVAL_STEPS
+from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, settings_by_label
 
-#: The method the demo trains unless told otherwise, and its setting: the budget experiment's setting closest to
-#: beating GRPO by its rule (`curves.closest_to_beating` on `docs/curves.json`; `tests/test_demo.py` checks the two
-#: agree). Other methods run at their config defaults (the papers').
+#: The setting the demo trains unless told otherwise: the budget experiment's setting closest to beating GRPO by its
+#: rule (`curves.closest_to_beating` on `docs/curves.json`; `tests/test_demo.py` checks the two agree). Other
+#: methods run at their config defaults (the papers').
 DEFAULT_LABEL = "dsgrpo_best"
-DEFAULT_METHOD = "dsgrpo"
-DEMO_SETTINGS: dict[str, dict[str, Any]] = {"dsgrpo": {"ds_gamma_p": 0.1, "ds_gamma_n": 0.0,
-                                                       "ds_logp_granularity": "token"}}
+DEFAULT_METHOD = settings_by_label()[DEFAULT_LABEL][0]
+DEMO_SETTINGS: dict[str, dict[str, Any]] = {DEFAULT_METHOD: dict(settings_by_label()[DEFAULT_LABEL][1])}
 #: The budget experiment's settings whose verdict against GRPO's trajectory is "beats" (`docs/curves.json`; checked
 #: by `tests/test_demo.py`).
 BEATS_GRPO: tuple[str, ...] = ()
