@@ -33,7 +33,7 @@ from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, settings_by_label
 #: The setting the demo trains unless told otherwise: the budget experiment's setting closest to beating GRPO by its
 #: rule (`curves.closest_to_beating` on `docs/curves.json`; `tests/test_demo.py` checks the two agree). Other
 #: methods run at their config defaults (the papers').
-DEFAULT_LABEL = "dsgrpo_best"
+DEFAULT_LABEL = "kl_cov_best"
 DEFAULT_METHOD = settings_by_label()[DEFAULT_LABEL][0]
 DEMO_SETTINGS: dict[str, dict[str, Any]] = {DEFAULT_METHOD: dict(settings_by_label()[DEFAULT_LABEL][1])}
 #: The budget experiment's settings whose verdict against GRPO's trajectory is "beats" (`docs/curves.json`; checked
