@@ -45,18 +45,26 @@ def plot_curves(data: dict[str, Any], out_png: Path) -> Path | None:
                 ax.errorbar(xs, [scale * y for y in ys], yerr=[scale * e for e in es], label=lb, color=colors[lb],
                             linewidth=2.6 if bold else 1.2, marker="o", markersize=3, capsize=2)
             ax.set_title(title)
+            if key == "token_entropy":
+                ax.set_yscale("log")  # a diverging run climbs to ~4.5 nats; the others stay near 0.2-0.5
             ax.set_xlabel("RL step")
             ax.grid(True, alpha=0.3)
         ax = axes[4]
+        collapsed = []
         for lb in labels:
-            t = curves_rule.trajectory([r for r in rows if r["label"] == lb])
+            # A checkpoint that solves nothing (a diverged run) would squash every other trajectory into a corner.
+            t = [p for p in curves_rule.trajectory([r for r in rows if r["label"] == lb]) if p[2] > 0]
+            if len(t) < len(curves_rule.trajectory([r for r in rows if r["label"] == lb])):
+                collapsed.append(lb)
             bold = lb == "grpo"
             ax.plot([100 * p[1] for p in t], [100 * p[2] for p in t], marker="o", markersize=3, color=colors[lb],
                     linewidth=3.0 if bold else 1.2, label=lb, zorder=3 if bold else 2)
             ax.annotate(str(t[-1][0]), (100 * t[-1][1], 100 * t[-1][2]), fontsize=7, color=colors[lb])
         ax.set_xlabel("held-out pass@1 %")
         ax.set_ylabel("held-out pass@n %")
-        ax.set_title("trajectories (GRPO bold; last step labelled)")
+        ax.set_title("trajectories (GRPO bold; last step labelled)" +
+                     (f"\nnot shown: checkpoints with pass@n 0 ({', '.join(collapsed)})" if collapsed else ""),
+                     fontsize=9 if collapsed else None)
         ax.grid(True, alpha=0.3)
         axes[0].legend(fontsize=7, loc="best")
         seeds = sorted({r["seed"] for r in rows})
