@@ -53,9 +53,12 @@ def plot_curves(data: dict[str, Any], out_png: Path) -> Path | None:
         collapsed = []
         for lb in labels:
             # A checkpoint that solves nothing (a diverged run) would squash every other trajectory into a corner.
-            t = [p for p in curves_rule.trajectory([r for r in rows if r["label"] == lb]) if p[2] > 0]
-            if len(t) < len(curves_rule.trajectory([r for r in rows if r["label"] == lb])):
+            full = curves_rule.trajectory([r for r in rows if r["label"] == lb])
+            t = [p for p in full if p[2] > 0]
+            if len(t) < len(full):
                 collapsed.append(lb)
+            if not t:
+                continue
             bold = lb == "grpo"
             ax.plot([100 * p[1] for p in t], [100 * p[2] for p in t], marker="o", markersize=3, color=colors[lb],
                     linewidth=3.0 if bold else 1.2, label=lb, zorder=3 if bold else 2)
