@@ -251,5 +251,7 @@ def test_installed_wheel_runs_the_demo_from_its_shipped_warm_start(installed):
     summary = json.loads((installed.work / "demo" / "demo_summary.json").read_text())
     warm_start = Path(summary["demo"]["warm_start"]["path"]).resolve()
     assert warm_start.is_relative_to(installed.purelib.resolve())
-    assert {"warm_start", "dsgrpo", "grpo"} <= set(summary)
-    assert summary["dsgrpo"]["weights_changed"] is True
+    from exploration_trl.experiments.demo import DEFAULT_METHOD
+
+    assert {"warm_start", DEFAULT_METHOD, "grpo"} <= set(summary)
+    assert summary[DEFAULT_METHOD]["weights_changed"] is True
