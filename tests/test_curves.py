@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from exploration_trl.experiments import curves
 
@@ -81,3 +84,12 @@ def test_cli_curves_warm_start_is_where_the_runs_start(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--curves-warm-start" in err[0] and "--sft-only --export" in err[0]
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("name, verdict", [("curves.json", "no"), ("curves_scale.json", "beats")])
+def test_documented_verdicts_follow_from_the_documented_rows(name, verdict):
+    """docs/curves.json (the demo's warm start) and docs/curves_scale.json (the 3x larger one): the verdicts the README
+    reports are the rule's on the stored rows, so a change to the rule that would change them fails here."""
+    data = json.loads((Path(__file__).resolve().parents[1] / "docs" / name).read_text())
+    assert curves.verdicts(data["rows"]) == data["verdicts"]
+    assert data["verdicts"]["kl_cov_best"]["vs_grpo"]["verdict"] == verdict

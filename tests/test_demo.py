@@ -107,12 +107,35 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
     (["--method", "ppo"], "--method"),
     (["--compare", "grpo,bogus"], "--compare"),
     (["--steps", "0"], "--steps"),
+    (["--warm-start", "no_such_folder"], "--warm-start 'no_such_folder' is not a warm start"),
 ])
 def test_bad_demo_flags_are_one_line_errors(tmp_path, capsys, argv, message):
     assert cli_main(["demo", "--quick", "--output", str(tmp_path / "d"), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_warm_start_is_where_both_models_start(tmp_path, capsys):
+    """`demo --warm-start DIR` (the scale check's larger model): everything starts from that folder. A copy of the
+    shipped warm start with its weights zeroed samples uniformly and solves nothing, where the shipped one solves
+    about a fifth; the summary records the folder."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    ws = tmp_path / "ws"
+    shutil.copytree(demo.warm_start_dir(), ws)
+    weights = load_file(str(ws / "model.safetensors"))
+    save_file({k: torch.zeros_like(v) for k, v in weights.items()}, str(ws / "model.safetensors"))
+    out = tmp_path / "demo"
+    assert cli_main(["demo", "--quick", "--compare", "none", "--workers", "1", "--warm-start", str(ws),
+                     "--output-dir", str(out)]) == 0
+    summary = json.loads((out / "demo_summary.json").read_text())
+    assert summary[demo.META_KEY]["warm_start"]["path"] == str(ws)
+    assert summary["warm_start"]["pass_at_k"]["1"] == 0.0 and summary["kl_cov"]["pass_at_k"]["1"] == 0.0
+    assert f"warm start: {ws}" in capsys.readouterr().out
 
 
 @pytest.mark.slow

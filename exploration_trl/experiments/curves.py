@@ -258,11 +258,12 @@ def describe_warm_start(warm_start: Path | None) -> dict[str, Any]:
             "pass_at_1": info.get("pass_at_1")}
 
 
-def check_warm_start(path: str) -> Path:
-    """`--curves-warm-start`: a folder `countdown-tiny --sft-only --export` wrote, or a one-line error."""
+def check_warm_start(path: str, flag: str = "--curves-warm-start") -> Path:
+    """`--curves-warm-start` (and the demo's `--warm-start`): a folder `countdown-tiny --sft-only --export` wrote, or
+    a one-line error."""
     folder = Path(path)
     if not (folder / EXPORT_INFO).is_file():
-        raise ValueError(f"--curves-warm-start '{path}' is not a warm start (no {EXPORT_INFO}); make one with "
+        raise ValueError(f"{flag} '{path}' is not a warm start (no {EXPORT_INFO}); make one with "
                          "`exploration-trl countdown-tiny --sft-only --export DIR`")
     return folder
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _common, countdown_tiny, curves_rule
-from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, settings_by_label
+from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, check_warm_start, settings_by_label
 
 #: The setting the demo trains unless told otherwise: the budget experiment's setting closest to beating GRPO by its
 #: rule (`curves.closest_to_beating` on `docs/curves.json`; `tests/test_demo.py` checks the two agree). Other
@@ -53,8 +53,9 @@ def warm_start_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "warm_start" / "countdown_tiny"
 
 
-def warm_start_info() -> dict[str, Any]:
-    return json.loads((warm_start_dir() / countdown_tiny.EXPORT_INFO).read_text())
+def warm_start_info(folder: Path | None = None) -> dict[str, Any]:
+    """The export record of a warm start (default: the shipped one): its data split, model size and command."""
+    return json.loads((Path(folder or warm_start_dir()) / countdown_tiny.EXPORT_INFO).read_text())
 
 
 def demo_settings(quick: bool, seed: int = 0, info: dict[str, Any] | None = None) -> countdown_tiny.Settings:
@@ -269,18 +270,19 @@ def _method_label(method: str, overrides: dict[str, Any]) -> str:
 
 def run_demo(method: str, compare: list[str], output: Path, quick: bool = False, seed: int = 0,
              steps: int | None = None, overrides: dict[str, dict] | None = None, workers: int = 2,
-             log=None) -> dict[str, Any]:
-    """The demo; returns the content of `demo_summary.json` (also written to `output`)."""
+             log=None, warm_start: Path | None = None) -> dict[str, Any]:
+    """The demo; returns the content of `demo_summary.json` (also written to `output`). `warm_start`: a folder of
+    `countdown-tiny --sft-only --export` instead of the shipped one (the budget experiment's scale check)."""
     log = log or functools.partial(print, flush=True)  # in order with the worker processes' progress lines
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    info = warm_start_info()
+    ckpt = Path(warm_start) if warm_start else warm_start_dir()
+    info = warm_start_info(ckpt)
     settings = demo_settings(quick, seed, info)
     if steps is not None:
         settings.rl.steps = steps
     names = [method] + [c for c in compare if c != method]
     settings_by_model = {m: {**DEMO_SETTINGS.get(m, {}), **(overrides or {}).get(m, {})} for m in names}
-    ckpt = warm_start_dir()
     r, e = settings.rl, settings.eval
     log(f"[demo] warm start: {ckpt} ({info['size_mb']:.2f} MB, {info['num_parameters']:,} parameters)")
     log(f"[demo] training {', '.join(_method_label(m, settings_by_model[m]) for m in names)}: {r.steps} steps x "
@@ -359,6 +361,9 @@ def register(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="A smoke run of a few seconds (4 steps, a small evaluation).")
     p.add_argument("--workers", type=int, default=2,
                    help="Models trained in parallel processes (default %(default)s, one per core).")
+    p.add_argument("--warm-start", default=None, metavar="DIR",
+                   help="Start from this warm start (a folder of `exploration-trl countdown-tiny --sft-only --export "
+                        "DIR`) instead of the shipped one, e.g. the 3x larger default size of the scale check.")
     p.set_defaults(func=main_from_args)
 
 
@@ -371,9 +376,10 @@ def main_from_args(args) -> int:
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     _common.check_positive(args.workers, "--workers")
+    warm_start = check_warm_start(args.warm_start, "--warm-start") if args.warm_start else None
     overrides = _common.load_overrides(args.config, [method, *compare])
     summary = run_demo(method, compare, Path(args.output), quick=args.quick, seed=args.seed, steps=args.steps,
-                       overrides=overrides, workers=args.workers)
+                       overrides=overrides, workers=args.workers, warm_start=warm_start)
     meta = summary[META_KEY]
     print(f"\nexploration-trl demo: {meta['num_heldout_problems']} held-out countdown-tiny problems x "
           f"{meta['n_samples']} samples, {meta['settings']['rl']['steps']} RL steps per model")
