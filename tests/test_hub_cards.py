@@ -7,6 +7,7 @@ the network.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -427,3 +428,19 @@ def test_push_is_a_cli_subcommand(capsys):
     out = capsys.readouterr().out
     for flag in ("--output-dir", "--repo-id", "--private", "--results", "--commit-message"):
         assert flag in out
+
+
+def test_every_method_shows_its_own_settings_on_the_card():
+    """Each registry method's config fields appear in the card's method table (a method added without a prefix in
+    `hub.tables.METHOD_PREFIXES` used to get an empty table: PKPO's card did not say its k)."""
+    from exploration_trl.hub.tables import extract_hyperparameters
+    from exploration_trl.trainers import METHODS, get_config_class
+
+    for method in METHODS:
+        if method == "grpo":
+            continue
+        config = get_config_class(method)(output_dir="unused", report_to=[])
+        prefix = {"dsgrpo": "ds_"}.get(method, method + "_")
+        own = sorted(f.name for f in dataclasses.fields(config) if f.name.startswith(prefix))
+        shown = [key for key, _ in extract_hyperparameters(method, config)["method"]]
+        assert own and set(own) <= set(shown), (method, own, shown)

@@ -22,6 +22,9 @@ METHOD_PREFIXES: dict[str, tuple[str, ...]] = {
     "casp": ("casp_",),
     "kl_cov": ("kl_cov_",),
     "clip_cov": ("clip_cov_",),
+    "passk": ("passk_",),
+    "pkpo": ("pkpo_",),
+    "unlikely": ("unlikely_",),
 }
 STILL_KEYS = ("ppl_shaping_alpha", "position_bonus_gamma", "position_bonus_scale", "position_bonus_center",
               "position_bonus_direction", "position_bonus_start_step", "position_bonus_num_steps")
