@@ -134,7 +134,7 @@ def test_demo_warm_start_is_where_both_models_start(tmp_path, capsys):
                      "--output-dir", str(out)]) == 0
     summary = json.loads((out / "demo_summary.json").read_text())
     assert summary[demo.META_KEY]["warm_start"]["path"] == str(ws)
-    assert summary["warm_start"]["pass_at_k"]["1"] == 0.0 and summary["kl_cov"]["pass_at_k"]["1"] == 0.0
+    assert summary["warm_start"]["pass_at_k"]["1"] == 0.0 and summary[demo.DEFAULT_METHOD]["pass_at_k"]["1"] == 0.0
     assert f"warm start: {ws}" in capsys.readouterr().out
 
 
