@@ -93,3 +93,5 @@ def test_documented_verdicts_follow_from_the_documented_rows(name, verdict):
     data = json.loads((Path(__file__).resolve().parents[1] / "docs" / name).read_text())
     assert curves.verdicts(data["rows"]) == data["verdicts"]
     assert data["verdicts"]["kl_cov_best"]["vs_grpo"]["verdict"] == verdict
+    assert data["verdicts"]["pkpo_published"]["vs_grpo"]["verdict"] == "beats"
+    assert not data["missing"]
