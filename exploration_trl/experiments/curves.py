@@ -23,7 +23,7 @@ from typing import Any
 from . import _common, curves_rule, frontier
 from .countdown_tiny import rl as countdown_rl
 from .countdown_tiny import task as countdown_task
-from .countdown_tiny.export import EXPORT_INFO
+from .countdown_tiny.export import EXPORT_INFO, read_export_info
 
 #: Steps at which every run is evaluated (step 0 is the warm start, the same for every run).
 EVAL_STEPS = (0, 100, 200, 400, 700, 1000, 1500)
@@ -68,7 +68,8 @@ CURVES_FILE, PLOT_FILE = "curves.json", "curves.png"
 
 
 def warm_start_dir() -> Path:
-    """The demo's shipped warm start (as `experiments.demo.warm_start_dir`)."""
+    """The demo's shipped warm start (`exploration_trl/data/warm_start/countdown_tiny`, a folder `from_pretrained`
+    loads); `experiments.demo` uses this one."""
     return Path(__file__).resolve().parents[1] / "data" / "warm_start" / "countdown_tiny"
 
 
@@ -76,7 +77,7 @@ def run_settings(quick: bool, seed: int, warm_start: Path | None = None) -> coun
     """The demo's settings (as `experiments.demo.demo_settings`: the warm start's split and model, the demo's RL batch,
     learning rate and evaluation) with RL seed `seed`. Rebuilt here rather than imported: `demo` imports the
     `countdown_tiny` package, whose command imports this module (`--curves`)."""
-    info = json.loads((Path(warm_start or warm_start_dir()) / EXPORT_INFO).read_text())
+    info = read_export_info(Path(warm_start or warm_start_dir()))
     s = countdown_task.Settings(seed=int(info["seed"]), data=countdown_task.DataSettings(**info["settings"]["data"]),
                                 model=countdown_task.ModelSettings(**info["settings"]["model"]))
     s.rl.seed = seed
@@ -251,7 +252,7 @@ def summarize(output: Path, command: str, planned: list[tuple[str, int]], steps:
 def describe_warm_start(warm_start: Path | None) -> dict[str, Any]:
     """Where the runs started: the folder, its export command and its size (the scale check changes it)."""
     path = Path(warm_start or warm_start_dir())
-    info = json.loads((path / EXPORT_INFO).read_text())
+    info = read_export_info(path)
     shown = "exploration_trl/data/warm_start/countdown_tiny" if warm_start is None else str(path)  # no local paths
     return {"path": shown, "shipped": warm_start is None, "command": info.get("command"),
             "num_parameters": info.get("num_parameters"), "model": info["settings"]["model"],

@@ -4,8 +4,9 @@
    package (`exploration_trl/data/warm_start/countdown_tiny`, made by `exploration-trl countdown-tiny --sft-only
    --export DIR --sft-hidden-size 64 --sft-layers 2`, seed 0). It solves about 22% of held-out problems per sample.
 2. **RL.** The chosen method (default: the setting with the largest margin over GRPO's trajectory in the budget
-   experiment, `docs/curves.json`: PKPO at k = 4, which beats it) and plain GRPO train from it on the built-in countdown-tiny training problems with equal
-   budgets: the same steps, batch, group size, learning rate and seed, one process per model.
+   experiment, `docs/curves.json`: PKPO at k = 4, which beats it) and plain GRPO train from it on the built-in
+   countdown-tiny training problems with equal budgets: the same steps, batch, group size, learning rate and seed,
+   one process per model.
 3. **Evaluation.** The warm start and each trained model sample 64 completions for each of the held-out problems,
    which no model trained on: pass@k, distinct correct equations per problem and token entropy. Each model is also
    evaluated on the way (the budget experiment's steps below the budget), so the demo shows each trajectory in the
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import time
 from dataclasses import asdict
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _common, countdown_tiny, curves_rule
-from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, check_warm_start, settings_by_label
+from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, check_warm_start, settings_by_label, warm_start_dir
 
 #: The setting the demo trains unless told otherwise: the budget experiment's setting with the largest margin over
 #: GRPO's trajectory by its rule (`curves.closest_to_beating` on `docs/curves.json`; `tests/test_demo.py` checks the
@@ -48,14 +48,10 @@ SUMMARY_KEYS = ("pass_at_k", "reward_first", "reward_last", "weights_changed", "
 META_KEY = "demo"
 
 
-def warm_start_dir() -> Path:
-    """The shipped warm-start checkpoint (a folder `from_pretrained` loads)."""
-    return Path(__file__).resolve().parents[1] / "data" / "warm_start" / "countdown_tiny"
-
-
 def warm_start_info(folder: Path | None = None) -> dict[str, Any]:
-    """The export record of a warm start (default: the shipped one): its data split, model size and command."""
-    return json.loads((Path(folder or warm_start_dir()) / countdown_tiny.EXPORT_INFO).read_text())
+    """The export record of a warm start (default: the shipped one, `warm_start_dir()`, a folder `from_pretrained`
+    loads): its data split, model size and command."""
+    return countdown_tiny.read_export_info(folder or warm_start_dir())
 
 
 def demo_settings(quick: bool, seed: int = 0, info: dict[str, Any] | None = None) -> countdown_tiny.Settings:

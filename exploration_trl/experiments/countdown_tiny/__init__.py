@@ -26,7 +26,7 @@ and the whole run), `report` (table, plot), `export` (`--sft-only --export`), `c
 from __future__ import annotations
 
 from .command import DEFAULT_METHODS, main_from_args, register, settings_from_args
-from .export import EXPORT_INFO, export_command, export_sft
+from .export import EXPORT_INFO, export_command, export_sft, read_export_info
 from .report import _compact as _compact
 from .report import _plot as _plot
 from .report import format_table, log_eval
@@ -106,6 +106,7 @@ __all__ = [
     "prepare",
     "prompt_text",
     "quick_settings",
+    "read_export_info",
     "register",
     "render",
     "reward_trend",

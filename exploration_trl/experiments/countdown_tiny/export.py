@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 from dataclasses import asdict
@@ -14,6 +15,12 @@ from .task import Settings
 
 #: Written next to an exported checkpoint: how it was made and how it does on the held-out problems.
 EXPORT_INFO = "countdown_tiny_sft.json"
+
+
+def read_export_info(folder: Path) -> dict[str, Any]:
+    """The `EXPORT_INFO` record of an exported warm start: its command, seed, settings (data split, model size), size
+    and held-out pass@k."""
+    return json.loads((Path(folder) / EXPORT_INFO).read_text())
 
 
 def export_sft(settings: Settings, cache_dir: Path, export_dir: Path, output: Path, command: str,
