@@ -44,7 +44,7 @@ SMALL_ONLY_METHODS = ("passk", "pkpo", "unlikely")
 #: Typical GRPO settings every method recipe shares unless its paper's set-up says otherwise (SETUP_VALUES).
 COMMON_VALUES = {"learning_rate": 1e-6, "num_generations": 8, "temperature": 1.0, "bf16": True, "use_vllm": True,
                  "beta": 0.0}
-#: The papers' training set-ups (README "Defaults, recipes and papers"): optimizer updates per rollout
+#: The papers' training set-ups (docs/methods.md, "Defaults, recipes and papers"): optimizer updates per rollout
 #: (steps_per_generation / gradient_accumulation_steps), learning rate, dynamic sampling, base model of the 7B recipe.
 SETUP_VALUES = {
     "grpo": {"updates": 1},

@@ -88,7 +88,7 @@ def test_cli_curves_warm_start_is_where_the_runs_start(tmp_path, capsys):
 
 @pytest.mark.parametrize("name, verdict", [("curves.json", "no"), ("curves_scale.json", "beats")])
 def test_documented_verdicts_follow_from_the_documented_rows(name, verdict):
-    """docs/curves.json (the demo's warm start) and docs/curves_scale.json (the 3x larger one): the verdicts the README
+    """docs/curves.json (the demo's warm start) and docs/curves_scale.json (the 3x larger one): the verdicts the docs
     reports are the rule's on the stored rows, so a change to the rule that would change them fails here."""
     data = json.loads((Path(__file__).resolve().parents[1] / "docs" / name).read_text())
     assert curves.verdicts(data["rows"]) == data["verdicts"]

@@ -45,7 +45,8 @@ SHIPPED_DATA = (
     "exploration_trl/data/warm_start/countdown_tiny/countdown_tiny_sft.json",
 )
 # Files of the repository the source archive must carry besides the package.
-SDIST_EXTRAS = ("README.md", "CHANGELOG.md", "LICENSE", "setup.cfg", "pyproject.toml",
+SDIST_EXTRAS = ("README.md", "CHANGELOG.md", "LICENSE", "setup.cfg", "pyproject.toml", "mkdocs.yml",
+                "docs/_hooks/table_pipes.py", "docs/methods.md",
                 "configs/smoke_toy_countdown.yaml", "notebooks/quickstart_lora.ipynb")
 
 # Top-level entries of the checkout that are build outputs or local state, not sources.

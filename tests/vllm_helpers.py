@@ -1,4 +1,4 @@
-"""Shared by the vLLM tests (`-m vllm`, run in the vLLM environment: README "vLLM on a CPU").
+"""Shared by the vLLM tests (`-m vllm`, run in the vLLM environment: docs/vllm.md).
 
 vLLM's CPU attention needs a head_dim of at least 32, so these tests build the toy Qwen2 with 2 attention heads of 32
 (hidden size 64) and 1 key/value head, offline, like every other toy (`exploration_trl.toy`). The vLLM engine runs it
