@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = (
     "exploration_trl.experiments.tree",
     "exploration_trl.experiments.countdown_tiny",
     "exploration_trl.experiments.demo",
+    "exploration_trl.experiments.confirmatory",
     "exploration_trl.hub.command",
 )
 

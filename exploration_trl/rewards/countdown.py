@@ -38,7 +38,8 @@ from exploration_trl.rewards._base import (
     record_failure,
 )
 
-__all__ = ["countdown", "evaluate_equation", "extract_equation", "make_countdown", "parse_numbers"]
+__all__ = ["canonical_equation", "countdown", "distinct_canonical", "evaluate_equation", "extract_equation",
+           "make_countdown", "parse_numbers"]
 
 REWARD_NAME = "countdown"
 
@@ -163,6 +164,48 @@ def evaluate_equation(equation: str) -> tuple[Fraction, list[int]]:
     used: list[int] = []
     value = _eval_node(body, used, 0)
     return value, used
+
+
+def _canonical(node: ast.AST) -> str:
+    """The canonical string of a parsed equation: chains of ``+`` (and of ``*``) are flattened into one node whose
+    operands are sorted, so operands that commute or re-associate give the same string; ``-`` and ``/`` keep their
+    order (``5-2`` and ``2-5`` differ)."""
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    op = type(node.op)
+    if op in (ast.Add, ast.Mult):
+        operands: list[ast.AST] = []
+        stack = [node.left, node.right]
+        while stack:
+            child = stack.pop()
+            if isinstance(child, ast.BinOp) and type(child.op) is op:
+                stack += [child.left, child.right]
+            else:
+                operands.append(child)
+        sign = "+" if op is ast.Add else "*"
+        return "(" + sign.join(sorted(_canonical(c) for c in operands)) + ")"
+    sign = "-" if op is ast.Sub else "/"
+    return f"({_canonical(node.left)}{sign}{_canonical(node.right)})"
+
+
+def canonical_equation(equation: str) -> str | None:
+    """One string per equation up to the commutativity and associativity of ``+`` and ``*`` (``3+4`` and ``4+3``,
+    ``(1+2)+3`` and ``1+(2+3)``, ``2*3+4`` and ``4+3*2`` are one equation); None when it does not parse. Used to
+    count distinct correct answers by their structure rather than their written form."""
+    try:
+        return _canonical(parse_equation(equation))
+    except (EquationError, RecursionError):
+        return None
+
+
+def distinct_canonical(answers: Sequence[Any], correct: Sequence[Any]) -> int:
+    """Distinct correct equations of one problem up to :func:`canonical_equation` (written forms that do not parse
+    count by their text)."""
+    keys = set()
+    for answer, ok in zip(answers, correct):
+        if ok and answer is not None:
+            keys.add(canonical_equation(str(answer)) or f"text:{answer}")
+    return len(keys)
 
 
 def parse_numbers(nums: Any) -> list[int]:

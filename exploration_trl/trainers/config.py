@@ -105,6 +105,9 @@ class ExplorationGRPOConfig(GRPOConfig):
         default=None, metadata={"help": "Held-out completion budget in tokens (null: max_completion_length)."})
     eval_generation_batch_size: int = field(
         default=256, metadata={"help": "Sequences per `generate` call of the held-out evaluation."})
+    eval_seed: int | None = field(
+        default=None, metadata={"help": "Seed of the held-out sampling, independent of the run's `seed` (each problem's "
+                  "sampler is seeded from it and the problem, the same at every evaluation; null: `seed`)."})
     divergence_window: int = field(
         default=20,
         metadata={"help": "Logged steps the divergence check (`trainers/divergence.py`) averages over; 0 switches "

@@ -102,7 +102,8 @@ def passk_confidence_interval(ns: list[int], cs: list[int], k: int) -> tuple[flo
 
 def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: str = "eval") -> dict[str, float]:
     """Flat metrics of graded rows (the eval harness's `samples.jsonl` rows): `{prefix}_pass@k` with `_ci_low` /
-    `_ci_high`, `{prefix}_distinct_correct` (mean distinct correct answers per problem; absent for code),
+    `_ci_high`, `{prefix}_distinct_correct` (mean distinct correct answers per problem; absent for code; countdown also
+    `{prefix}_distinct_correct_canonical`, up to commutativity/associativity),
     `{prefix}_token_entropy` (token-weighted, nats), `{prefix}_num_problems`."""
     from ..eval.harness import summarize
 
@@ -118,6 +119,11 @@ def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: s
     mult = summary.get("solution_multiplicity") or {}
     if mult.get("mean") is not None:
         out[f"{prefix}_distinct_correct"] = float(mult["mean"])
+    if answer_type == "countdown":  # also counted up to commutativity/associativity of + and *
+        from ..rewards.countdown import distinct_canonical
+
+        counts = [distinct_canonical(r.get("answers") or [], r["correct"]) for r in rows]
+        out[f"{prefix}_distinct_correct_canonical"] = sum(counts) / len(counts)
     if summary.get("token_entropy") is not None:
         out[f"{prefix}_token_entropy"] = float(summary["token_entropy"])
     out[f"{prefix}_num_problems"] = float(len(rows))
@@ -195,8 +201,9 @@ class HeldoutEvalMixin:
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
         mine = list(range(rank, len(bench.records), world))
         reward_fn = get_reward(bench.reward, **bench.reward_kwargs)
+        seed = int(args.seed if getattr(args, "eval_seed", None) is None else args.eval_seed)
         sampling = {"benchmark": bench.name, "n": n, "temperature": temperature, "top_p": top_p,
-                    "max_tokens": max_tokens, "seed": int(args.seed), "step": self.state.global_step}
+                    "max_tokens": max_tokens, "seed": seed, "step": self.state.global_step}
         started = time.perf_counter()
         rows = []
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
@@ -210,7 +217,7 @@ class HeldoutEvalMixin:
                 recs = [bench.records[i] for i in idx]
                 samples = generator.generate([r["prompt"] for r in recs], n, temperature=temperature, top_p=top_p,
                                              max_new_tokens=max_tokens, batch_size=batch,
-                                             seeds=[derive_seed(args.seed, i, str(r["id"])) for i, r in zip(idx, recs)],
+                                             seeds=[derive_seed(seed, i, str(r["id"])) for i, r in zip(idx, recs)],
                                              progress=False)
                 for i, rec, s in zip(idx, recs, samples):
                     row = _grade(i, rec, s, bench, reward_fn, sampling, 0.0)

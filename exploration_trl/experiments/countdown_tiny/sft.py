@@ -19,7 +19,10 @@ CACHE_VERSION = 1
 
 
 def cache_key(settings: Settings) -> str:
-    payload = {"version": CACHE_VERSION, "seed": settings.seed, "data": asdict(settings.data),
+    data = asdict(settings.data)
+    if data.get("numbers_per_problem") == 3:  # the default: caches written before the key existed stay valid
+        del data["numbers_per_problem"]
+    payload = {"version": CACHE_VERSION, "seed": settings.seed, "data": data,
                "model": asdict(settings.model), "sft": asdict(settings.sft)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -23,7 +23,7 @@ _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 #: not the split or the warm start; `eval`: `n_samples` completions for each of the first `num_problems` test problems.
 SETTINGS_TABLE: dict[str, dict[str, tuple[Any, Any]]] = {
     "data": dict(max_num=(12, 6), max_target=(100, 30), num_train=(3000, 300), num_test=(200, 24),
-                 solutions_per_problem=(4, 3)),
+                 solutions_per_problem=(4, 3), numbers_per_problem=(3, 3)),
     "model": dict(hidden_size=(96, 64), num_hidden_layers=(3, 2), num_attention_heads=(4, 4), num_key_value_heads=(2, 2),
                   intermediate_size=(256, 128)),
     "sft": dict(steps=(3000, 300), batch_size=(64, 32), learning_rate=(2e-3, 3e-3), weight_decay=(0.01, 0.01),
@@ -112,9 +112,30 @@ def render(expr, full_parens: bool = False) -> str:
     return f"{child(left, False)}{op}{child(right, True)}"
 
 
+def _ordered_trees(seq: tuple[int, ...]):
+    """Every binary expression tree over the numbers of `seq` in this order (all bracketings and operators)."""
+    if len(seq) == 1:
+        yield seq[0]
+        return
+    for i in range(1, len(seq)):
+        for left in list(_ordered_trees(seq[:i])):
+            for right in list(_ordered_trees(seq[i:])):
+                for op in OPS:
+                    yield (op, left, right)
+
+
 def expressions(nums: tuple[int, ...]):
-    """Every expression tree using each of the 3 numbers once: both bracketings, all orders and operators."""
+    """Every expression tree using each of the numbers once: all bracketings, orders and operators (3 numbers: the
+    original enumeration, kept as it was so the 3-number problems and warm starts do not change)."""
     seen = set()
+    if len(nums) != 3:
+        for perm in dict.fromkeys(itertools.permutations(nums)):
+            for tree in _ordered_trees(perm):
+                key = render(tree, full_parens=True)
+                if key not in seen:
+                    seen.add(key)
+                    yield tree
+        return
     for a, b, c in itertools.permutations(nums):
         for o1, o2 in itertools.product(OPS, repeat=2):
             for tree in ((o2, (o1, a, b), c), (o1, a, (o2, b, c))):
@@ -142,14 +163,14 @@ def solutions(nums: tuple[int, ...], target: int) -> list[str]:
 def make_problems(data: DataSettings, seed: int) -> tuple[list[dict], list[dict]]:
     """`(train, test)` problem lists; every `(sorted numbers, target)` pair belongs to at most one split.
 
-    Each problem: `nums` (list of 3 ints, shown in a seeded random order), `target`, `solutions` (all distinct
+    Each problem: `nums` (list of `numbers_per_problem` ints, shown in a seeded random order), `target`, `solutions` (all distinct
     minimal-parenthesis equations) and `sft_texts` (the `solutions_per_problem` solution strings the warm start
     trains on, in several orders and forms).
     """
     rng = random.Random(seed)
     tables: dict[tuple[int, ...], list] = {}
     keys = []
-    for nums in itertools.combinations_with_replacement(range(1, data.max_num + 1), 3):
+    for nums in itertools.combinations_with_replacement(range(1, data.max_num + 1), data.numbers_per_problem):
         tables[nums] = _table(nums)
         reachable = {int(v) for v, _, _ in tables[nums] if v.denominator == 1 and 1 <= v <= data.max_target}
         keys.extend((nums, t) for t in sorted(reachable))

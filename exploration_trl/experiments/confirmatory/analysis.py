@@ -1,0 +1,129 @@
+"""A set-up's verdict from its finished runs: the test of every (setting, checkpoint), Holm over all of them, the
+null simulation with the set-up's measured GRPO noise and the empirical GRPO-vs-GRPO null; table and plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import _common
+from . import verdict
+
+
+def _points(rec: dict, steps: list[int]) -> np.ndarray:
+    by = {r["step"]: (r["pass@1"], r["pass@n"]) for r in rec["rows"]}
+    return np.array([by[s] for s in steps], float)
+
+
+def analyse(cfg: dict[str, Any], records: dict[tuple[str, int], dict], model_params: int | None,
+            heldout: dict[str, Any]) -> dict[str, Any]:
+    base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
+    bsteps = sorted(base["steps"])
+    boot = cfg["bootstrap"]
+    grpo = np.stack([_points(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
+    checkpoints = sorted(cfg["checkpoints"])
+    tests = []
+    for s in cfg["settings"]:
+        if s is base:
+            continue
+        for c in checkpoints:
+            m = np.stack([_points(records[(s["label"], sd)], [c])[0] for sd in s["seeds"]])
+            r = verdict.test(grpo, m, resamples=int(boot["resamples"]), seed=int(boot["seed"]),
+                             correction=boot.get("correction", verdict.CORRECTION))
+            tests.append({"label": s["label"], "checkpoint": c, **r,
+                          "method_mean": m.mean(axis=0).tolist()})
+    for t, ph in zip(tests, verdict.holm([t["p"] for t in tests])):
+        t["p_holm"] = ph
+    final = checkpoints[-1]
+    settings = [{"label": base["label"], "method": base["method"], "seeds": base["seeds"],
+                 "null_seeds": base.get("null_seeds", []), "steps": bsteps,
+                 "trajectory_mean": grpo.mean(axis=0).tolist()}]
+    for s in cfg["settings"]:
+        if s is base:
+            continue
+        mine = {t["checkpoint"]: t for t in tests if t["label"] == s["label"]}
+        top = mine[final]
+        settings.append({"label": s["label"], "method": s["method"], "overrides": s.get("overrides", {}),
+                         "seeds": s["seeds"], "checkpoint": final, "effect": top["effect"], "ci": top["ci"],
+                         "p": top["p"], "p_holm": top["p_holm"], "reason": top["reason"],
+                         "checkpoints": {str(c): {k: t[k] for k in ("effect", "ci", "p", "p_holm", "reason",
+                                                                       "distances", "method_mean")}
+                                         for c, t in mine.items()}})
+    sd = grpo.std(axis=0, ddof=1)
+    idx = {c: bsteps.index(c) for c in checkpoints}
+    sim = {str(c): verdict.null_false_positive_rate(grpo.mean(axis=0), sd, idx[c], n_grpo=len(base["seeds"]),
+                                                    correction=boot.get("correction", verdict.CORRECTION), seed=1)
+           for c in checkpoints}
+    empirical = {}
+    null_seeds = base.get("null_seeds", [])
+    if null_seeds and all((base["label"], sd) in records for sd in null_seeds):
+        null = np.stack([_points(records[(base["label"], sd)], bsteps) for sd in null_seeds])
+        for c in checkpoints:
+            r = verdict.test(grpo, null[:, idx[c]], resamples=int(boot["resamples"]), seed=int(boot["seed"]),
+                             correction=boot.get("correction", verdict.CORRECTION))
+            both = np.concatenate([grpo, null])
+            empirical[str(c)] = {"null_seeds_vs_seeds": {k: r[k] for k in ("effect", "ci", "p")},
+                                 "all_splits": verdict.empirical_null(both, idx[c], 2000, int(boot["seed"]))}
+    return {"name": cfg["name"], "model_params": model_params, "task": cfg.get("task_description", cfg["task"]),
+            "heldout": heldout,
+            "null_false_positive_rate": max(v["false_positive_rate"] for v in sim.values()),
+            "null_simulation": sim, "empirical_null": empirical, "checkpoints": checkpoints,
+            "bootstrap": boot, "alpha": cfg.get("alpha", 0.05), "settings": settings, "tests": tests}
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = []
+    for t in result["tests"]:
+        f = (lambda v: "-" if v is None else f"{v:.3f}")
+        ci = "-" if t["ci"] is None else f"[{100 * t['ci'][0]:+.1f}, {100 * t['ci'][1]:+.1f}]"
+        eff = "-" if t["effect"] is None else f"{100 * t['effect']:+.2f}"
+        rows.append([t["label"], t["checkpoint"], eff, ci, f(t["p"]), f(t["p_holm"]), t["reason"] or ""])
+    return _common.markdown_table(["setting", "checkpoint", "effect (pts of pass@n)", "95% CI", "p", "p_holm",
+                                   "no verdict"], rows)
+
+
+def plot(result: dict[str, Any], records: dict, cfg: dict, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 5))
+    base = result["settings"][0]
+    traj = np.array(base["trajectory_mean"])
+    ax.plot(traj[:, 0], traj[:, 1], "k-o", label=f"{base['label']} (seed mean)")
+    for (label, _), rec in records.items():
+        if label == base["label"]:
+            pts = np.array([(r["pass@1"], r["pass@n"]) for r in rec["rows"]])
+            ax.plot(pts[:, 0], pts[:, 1], color="0.7", lw=0.7)
+    for k, s in enumerate(result["settings"][1:]):
+        for c, t in s["checkpoints"].items():
+            mm = t["method_mean"]
+            ax.scatter([mm[0]], [mm[1]], color=f"C{k}", marker="o" if c == str(result["checkpoints"][-1]) else "^",
+                       label=f"{s['label']} @ {c}")
+    ax.set_xlabel("held-out pass@1")
+    ax.set_ylabel("held-out pass@n")
+    ax.set_title(f"{result['name']}: confirmatory (circles: final checkpoint)")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write(output: Path, result: dict, records: dict, cfg: dict) -> None:
+    _common.write_json(Path(output) / "result.json", result)
+    (Path(output) / "table.md").write_text(table(result) + "\n")
+    plot(result, records, cfg, Path(output) / "plot.png")
+
+
+def combine(results: list[dict], protocol_commit: str) -> dict[str, Any]:
+    """`docs/confirmatory.json`'s content from each set-up's `result.json`."""
+    return {"protocol_commit": protocol_commit,
+            "heldout": {"n_problems": [r["heldout"]["n_problems"] for r in results],
+                        "disjoint_from_training": all(r["heldout"]["disjoint_from_training"] for r in results)},
+            "setups": results}

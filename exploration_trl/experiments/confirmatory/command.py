@@ -1,0 +1,103 @@
+"""`exploration-trl confirm --config configs/confirmatory/<setup>.yaml`: the pre-registered confirmatory protocol
+(`protocol.py`). Runs what is missing (resuming a killed run from its last checkpoint), then, once every run has
+finished, writes the verdict (`result.json`, `table.md`, `plot.png`) to the output folder. Progress goes to stdout
+and `<output>/progress.log`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from .. import _common
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("confirm", help="The pre-registered confirmatory protocol (a YAML of settings, seeds, "
+                              "steps and the evaluation set): runs, resumes and gives the calibrated verdict.",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=False, help="The protocol YAML (configs/confirmatory/*.yaml).")
+    _common.add_output_dir(p, "Output folder (default runs/confirmatory/<name>).")
+    p.add_argument("--quick", action="store_true", help="A minutes-long smoke version (tiny model, data and budget).")
+    p.add_argument("--only", default=None, help="Comma-separated `label:seed` runs to do now (default: all missing).")
+    p.add_argument("--analyse-only", action="store_true", help="Run nothing; write the verdict if every run is done.")
+    p.add_argument("--combine", nargs="+", default=None, metavar="DIR",
+                   help="Write docs/confirmatory.json from these set-ups' output folders (with --protocol-commit).")
+    p.add_argument("--protocol-commit", default=None)
+    p.add_argument("--write", default="docs/confirmatory.json")
+    p.set_defaults(func=main_from_args)
+
+
+def _log(output: Path):
+    def log(msg: str) -> None:
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}"
+        print(line, flush=True)
+        with open(output / "progress.log", "a") as f:
+            f.write(line + "\n")
+    return log
+
+
+def main_from_args(args) -> int:
+    from . import analysis, protocol, runner
+
+    if args.combine:
+        if not args.protocol_commit:
+            raise ValueError("--combine needs --protocol-commit HASH (the commit that pre-registered the protocol)")
+        results = [json.loads((Path(d) / runner.RESULT_FILE).read_text()) for d in args.combine]
+        _common.write_json(Path(args.write), analysis.combine(results, args.protocol_commit))
+        print(f"wrote {args.write}")
+        return 0
+    if not args.config:
+        raise ValueError("confirm needs --config configs/confirmatory/<setup>.yaml (or --combine DIR ...)")
+    cfg = protocol.load(args.config)
+    if args.quick:
+        cfg = protocol.quick(cfg)
+    output = Path(args.output or f"runs/confirmatory/{cfg['name']}")
+    output.mkdir(parents=True, exist_ok=True)
+    log = _log(output)
+    if cfg["task"] == "train":
+        from .generic import run_generic
+
+        return run_generic(cfg, output, args, log)
+    planned = runner.plan(cfg)
+    if args.only:
+        wanted = {(lb, int(sd)) for lb, sd in (x.split(":") for x in args.only.split(","))}
+        unknown = wanted - set(planned)
+        if unknown:
+            raise ValueError(f"--only: {sorted(unknown)} is not a planned run")
+        todo_order = [j for j in planned if j in wanted]
+    else:
+        todo_order = planned
+    _common.set_threads(1)
+    _, ws = runner.warm_start(cfg, output, log)
+    if not args.analyse_only:
+        for label, seed in todo_order:
+            done = runner.collect(output).get((label, seed))
+            if done and done.get("finished"):
+                continue
+            log(f"[confirm] {cfg['name']}: {label} seed {seed} ({'resuming' if done else 'starting'})")
+            rec = runner.run_one(cfg, str(output), label, seed, log)
+            last = rec["rows"][-1]
+            log(f"[confirm] {cfg['name']}: {label} seed {seed} done: step {last['step']} pass@1 "
+                f"{100 * last['pass@1']:.1f} pass@n {100 * last['pass@n']:.1f} ({rec['seconds']:.0f} s)")
+    records = runner.collect(output)
+    missing = [j for j in planned if not records.get(j, {}).get("finished")]
+    if missing:
+        log(f"[confirm] {cfg['name']}: {len(planned) - len(missing)}/{len(planned)} runs finished; no verdict yet "
+            f"(missing: {', '.join(f'{a}:{b}' for a, b in missing)})")
+        return 0
+    _, _, split_info = runner.split(cfg, output)
+    held = {"n_problems": split_info["n_problems"], "disjoint_from_training": split_info["disjoint_from_training"],
+            "checksum": split_info["checksum"], "warm_start_checksum": ws["checksum"]}
+    result = analysis.analyse(cfg, records, ws["num_parameters"], held)
+    analysis.write(output, result, records, cfg)
+    print(analysis.table(result))
+    log(f"[confirm] {cfg['name']}: wrote {output / runner.RESULT_FILE}, {runner.TABLE_FILE}, {runner.PLOT_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    from ...cli.entry_point import main
+
+    raise SystemExit(main(["confirm", *sys.argv[1:]]))

@@ -1,0 +1,91 @@
+"""The confirmatory held-out split: whole multisets of numbers are held out, so no held-out problem's numbers appear
+in training under any target.
+
+A multiset belongs to the held-out side when `sha256("<salt>:<sorted numbers>")`, read as a fraction of 2**256, is
+below `share`: fixed by the salt alone (not by a seed or by any result), and the same on every machine. Every
+`(multiset, reachable target)` of a held-out multiset is a held-out problem; the evaluation set is the first
+`num_problems` of them in a salted-hash order. The training problems are drawn, as `task.make_problems` draws them,
+from the problems of the other multisets only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from typing import Any
+
+from ..countdown_tiny import task
+
+
+def multiset_key(nums) -> str:
+    return ",".join(str(n) for n in sorted(int(x) for x in nums))
+
+
+def _fraction(text: str) -> float:
+    return int(hashlib.sha256(text.encode()).hexdigest(), 16) / 2**256
+
+
+def is_heldout(nums, salt: str, share: float) -> bool:
+    return _fraction(f"{salt}:{multiset_key(nums)}") < share
+
+
+def make_split(data, seed: int, salt: str, share: float, num_problems: int) -> tuple[list[dict], list[dict], dict]:
+    """`(train, heldout, info)`: `data` is a `task.DataSettings` (its `num_train` training problems, with SFT texts,
+    drawn with `seed`), `heldout` the first `num_problems` problems of the held-out multisets."""
+    rng = random.Random(seed)
+    tables, train_keys, held_keys = {}, [], []
+    n_held_sets = n_sets = 0
+    for nums in itertools.combinations_with_replacement(range(1, data.max_num + 1), data.numbers_per_problem):
+        table = task._table(nums)
+        reachable = sorted({int(v) for v, _, _ in table if v.denominator == 1 and 1 <= v <= data.max_target})
+        held = is_heldout(nums, salt, share)
+        n_sets += 1
+        n_held_sets += held
+        if held:
+            held_keys += [(nums, t) for t in reachable]
+        else:
+            tables[nums] = table
+            train_keys += [(nums, t) for t in reachable]
+    if len(held_keys) < num_problems:
+        raise ValueError(f"heldout: only {len(held_keys)} held-out problems with share {share}; raise share or lower "
+                         f"num_problems ({num_problems})")
+    if len(train_keys) < data.num_train:
+        raise ValueError(f"data.num_train is {data.num_train} but only {len(train_keys)} training problems remain")
+    held_keys.sort(key=lambda k: _fraction(f"{salt}:order:{multiset_key(k[0])}:{k[1]}"))
+    rng.shuffle(train_keys)
+    train_keys = train_keys[:data.num_train]
+
+    def build_train(key) -> dict:
+        nums, target = key
+        shown = list(nums)
+        rng.shuffle(shown)
+        hits = [(m, f) for v, m, f in tables[nums] if v == target]
+        forms = sorted({m for m, _ in hits} | {f for _, f in hits})
+        rng.shuffle(forms)
+        return {"nums": shown, "target": target, "solutions": sorted({m for m, _ in hits}),
+                "sft_texts": forms[:data.solutions_per_problem]}
+
+    order = random.Random(f"{salt}:shown")
+    heldout = []
+    for nums, target in held_keys[:num_problems]:
+        shown = list(nums)
+        order.shuffle(shown)
+        heldout.append({"nums": shown, "target": target})
+    train = [build_train(k) for k in train_keys]
+    train_sets = {multiset_key(p["nums"]) for p in train}
+    held_sets = {multiset_key(p["nums"]) for p in heldout}
+    info = {"salt": salt, "share": share, "multisets": n_sets, "heldout_multisets": n_held_sets,
+            "heldout_problems_available": len(held_keys), "n_problems": len(heldout),
+            "heldout_multisets_evaluated": len(held_sets), "num_train": len(train),
+            "disjoint_from_training": not (train_sets & held_sets),
+            "checksum": hashlib.sha256(repr([(p["nums"], p["target"]) for p in heldout]).encode()).hexdigest()}
+    assert info["disjoint_from_training"]
+    return train, heldout, info
+
+
+def benchmark(heldout: list[dict], name: str) -> Any:
+    """The held-out problems as the trainer's `Benchmark` (`countdown` reward)."""
+    bench = task.heldout_benchmark(heldout, len(heldout))
+    bench.name = name
+    return bench
