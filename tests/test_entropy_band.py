@@ -23,6 +23,22 @@ def test_update_rule_hand_numbers():
     assert entropy_band_update(0.1, float("nan"), **step) == 0.1
 
 
+@pytest.mark.parametrize("value, entropy, direction, expected", [
+    (0.0, 3.0, 1, 0.0),  # above the band, entropy-raising knob off: it stays off (it used to jump to the min)
+    (5e-5, 3.0, 1, 5e-5),  # under the min and must fall: not raised to the min
+    (0.0, 0.5, -1, 0.0),  # below the band, entropy-lowering knob off: it stays off
+    (5e-5, 0.5, -1, 5e-5),
+    (2.0, 0.5, 1, 2.0),  # above the max and must rise: not lowered to the max
+    (2.0, 3.0, -1, 2.0),
+    (0.0, 0.5, 1, 1.1e-4),  # must rise from 0: from the min
+    (0.0, 3.0, -1, 1.1e-4),
+    (2.0, 3.0, 1, 1.0),  # must fall from above the max: down to the max
+])
+def test_update_never_moves_a_knob_the_wrong_way(value, entropy, direction, expected):
+    step = dict(low=1.0, high=2.0, direction=direction, rate=0.1, lo=1e-4, hi=1.0)
+    assert entropy_band_update(value, entropy, **step) == pytest.approx(expected, abs=0.0, rel=1e-12)
+
+
 @pytest.mark.parametrize("method, kwargs, text", [
     ("grpo", dict(entropy_band=[2.0, 1.0]), "entropy_band is \\[2.0, 1.0\\] but must be \\[low, high\\]"),
     ("grpo", dict(entropy_band=[1.0, 2.0], entropy_band_knob="temperature"), "entropy_band_knob is 'temperature'"),
@@ -67,3 +83,12 @@ def test_entropy_above_the_band_lowers_kl_cov_coef(ckpt, tmp_path):
                     kl_cov_coef=1.0, entropy_band_rate=0.25, max_steps=3)
     assert _logged(trainer, "entropy_band/kl_cov_coef") == pytest.approx([0.8, 0.64, 0.512])
     assert trainer.args.kl_cov_coef == pytest.approx(0.512)
+
+
+def test_entropy_above_the_band_leaves_a_knob_at_zero_off(ckpt, tmp_path):
+    # The toy's entropy (~4.5 nats) is above [0, 0.5]: KL-Cov's penalty, switched off, must stay off.
+    cls = et.get_trainer_class("kl_cov")
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, entropy_band=[0.0, 0.5], entropy_band_knob="kl_cov_coef",
+                    kl_cov_coef=0.0, entropy_band_min=0.01, max_steps=2)
+    assert _logged(trainer, "entropy_band/kl_cov_coef") == [0.0, 0.0]
+    assert trainer.args.kl_cov_coef == 0.0

@@ -142,6 +142,6 @@ def test_card_curves_show_heldout_passk():
     assert heldout_keys(history) == ["eval_pass@1", "eval_pass@8"]
     png = plot_training_curves(history)
     assert png is not None and png[:4] == b"\x89PNG"
-    assert "held-out pass@1 0.2 → 0.3" in training_summary(history)
-    assert "held-out pass@8 0.8 → 0.7" in training_summary(history)
+    assert "held-out pass@1 20.0% at step 0 → 30.0% at step 2" in training_summary(history)
+    assert "held-out pass@8 80.0% at step 0 → 70.0% at step 2" in training_summary(history)
     assert plot_training_curves([{"step": 0, "eval_pass@1": 0.2}]) is not None  # held-out alone still plots

@@ -144,7 +144,7 @@ def test_full_model_card_round_trips(full_dir, tmp_path):
     assert "num_train_epochs" not in body  # max_steps decided the run length
     assert "from transformers import AutoModelForCausalLM" in body and 'model_id = "me/toy-casp"' in body
     assert "AutoPeftModelForCausalLM" not in body
-    assert "mean reward 0.1 → 0.4" in body
+    assert "mean reward 0.1 at step 1 → 0.4 at step 4" in body
     for key in ("li2026progrpo", "peng2025casp", "shao2024deepseekmath", "vonwerra2020trl"):
         assert f"@misc{{{key}," in body
     assert "arxiv.org/abs/2510.14807" in body and "arxiv.org/abs/2602.05281" in body
@@ -444,3 +444,87 @@ def test_every_method_shows_its_own_settings_on_the_card():
         own = sorted(f.name for f in dataclasses.fields(config) if f.name.startswith(prefix))
         shown = [key for key, _ in extract_hyperparameters(method, config)["method"]]
         assert own and set(own) <= set(shown), (method, own, shown)
+
+
+# --------------------------------------------------------------------------------------------- numbers in the prose
+NUMBER = r"-?\d+(?:\.\d+)?"
+SUMMARY_PART = re.compile(
+    rf"(?P<label>mean reward|token entropy|held-out pass@(?P<k>\d+)) (?P<v0>{NUMBER})(?P<u0> nats|%)? at step "
+    rf"(?P<s0>\d+)(?: → (?P<v1>{NUMBER})(?P<u1> nats|%)? at step (?P<s1>\d+))?")
+
+
+def _close(shown: str, unit: str | None, value: float) -> bool:
+    """Is `shown` (as printed, maybe in %) `value` to the precision it is printed with?"""
+    scale = 100.0 if unit == "%" else 1.0
+    digits = len(shown.split(".")[1]) if "." in shown else 0
+    return abs(float(shown) - scale * value) <= 0.5 * 10.0 ** -digits + 1e-12 and (
+        unit == "%" or f"{value:.3g}" == shown)
+
+
+def _prose(body: str, static: list[str]) -> list[str]:
+    """The card's sentences that carry numbers: no YAML, code, tables, versions, BibTeX, link targets, citations
+    of papers by year, nor the `static` phrases (text that does not depend on the run)."""
+    body = re.sub(r"```.*?```", "", body, flags=re.S)
+    body = re.sub(r"<!--.*?-->", "", body, flags=re.S)
+    body = body.split("## Framework versions")[0]
+    for phrase in static:
+        body = body.replace(phrase, "")
+    body = re.sub(r"\]\([^)]*\)", "]", body)  # link targets
+    body = re.sub(r"\b[A-Z][a-z]+ (?:et al\.|and [A-Z][a-z]+),? \(?\d{4}\)?", "", body)  # (Shao et al., 2024)
+    return [line for line in body.splitlines() if re.search(r"\d", line) and not line.startswith("|")]
+
+
+@pytest.mark.parametrize("eval_steps", [(100, 200, 400), (0, 300, 600)])
+def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps):
+    """A demo-like run: reward and entropy logged every 10 steps for 600 steps, held-out pass@k only on evaluation
+    steps (without and with a step-0 evaluation), the final evaluation in `eval/results.json`. Every number in the
+    card's prose and pass@k table is read back and checked against the value of the data at the step it names."""
+    from exploration_trl.hub.card_data import resolve_dataset
+    from exploration_trl.hub.outcome import outcome_notes
+
+    history = [{"step": s, "reward": 0.05 + 0.0013 * s, "entropy": 1.7 - 0.0021 * s, "loss": 0.01}
+               for s in range(10, 601, 10)]
+    for i, s in enumerate(eval_steps):
+        history.append({"step": s, "eval_pass@1": 0.2213 + 0.0217 * i, "eval_pass@64": 0.9342 - 0.0131 * i,
+                        "eval_pass@64_ci_low": 0.5, "eval_pass@64_ci_high": 0.99})
+    history.sort(key=lambda e: e["step"])
+    history.append({"step": 600, "train_runtime": 171.3, "train_loss": 0.0123})
+    final = {"benchmark": "countdown3", "n": 64, "num_problems": 200, "pass_at_k": {"1": 0.2914, "64": 0.8953},
+             "problems": [{"n": 64, "c": 3}]}
+    write_results(full_dir / "eval", final, model=full_dir)
+    outcome = {"weights_changed": True, "reward_never_varied": False}
+    write_model_card(full_dir, method="pkpo", base_model=BASE, dataset="countdown-tiny", log_history=history,
+                     outcome=outcome)
+    body = ModelCard.load(full_dir / "README.md").text
+
+    def series(key):
+        return [(e["step"], e[key]) for e in history if key in e]
+
+    static = [BASE, METHOD_PAPERS["pkpo"][1], resolve_dataset("countdown-tiny")[1], *outcome_notes(outcome)]
+    lines = _prose(body, static)
+    checked = set()
+    for line in lines:
+        rest = line
+        for m in SUMMARY_PART.finditer(line):
+            key = {"mean reward": "reward", "token entropy": "entropy"}.get(m["label"], f"eval_{m['label'][9:]}")
+            points = series(key)
+            assert (int(m["s0"]), m["v1"] is None) == (points[0][0], len(points) == 1), m[0]
+            assert _close(m["v0"], m["u0"], points[0][1]), m[0]
+            if m["v1"] is not None:
+                assert int(m["s1"]) == points[-1][0], m[0]  # the last value logged, at its own step
+                assert _close(m["v1"], m["u1"], points[-1][1]), m[0]
+            checked.add(key)
+            rest = rest.replace(m[0], "")
+        steps = re.search(r"During training \((\d+) steps\)", rest)
+        if steps:
+            assert int(steps[1]) == max(e["step"] for e in history)
+            rest = rest.replace(steps[0], "")
+        assert not re.search(r"\d", rest), f"a number the test cannot trace to the data: {line!r}"
+    assert checked == {"reward", "entropy", "eval_pass@1", "eval_pass@64"}
+
+    table = [line for line in body.splitlines() if line.startswith("| Countdown-3 ")]
+    assert len(table) == 1
+    cells = [c.strip() for c in table[0].strip("|").split("|")]
+    assert cells[:4] == ["Countdown-3", "200", "64", "None"]
+    assert [float(c) for c in cells[4:6]] == [round(100 * final["pass_at_k"][k], 1) for k in ("1", "64")]
+    assert cells[6:] == ["–", "–"]

@@ -42,21 +42,29 @@ def brute_passk(correct: list[bool], k: int) -> list[float]:
     return out
 
 
+def paper_S(g: list[float], i: int, k: int, pool: list[int]) -> float:
+    """PKPO's S(i, k, X) (Eq. 27-28; Eq. 31 for X of n - 1 elements): the sum over the k-subsets of X containing i
+    of their max reward, over C(|X|, k)."""
+    subsets = [s for s in itertools.combinations(pool, k) if i in s]
+    return sum(max(g[j] for j in s) for s in subsets) / math.comb(len(pool), k)
+
+
 def brute_pkpo(g: list[float], k: int, estimator: str) -> list[float]:
-    """Mean over the k-subsets containing i of max(S) [- max(S minus i)], minus the leave-one-out max@k for 'sloo'."""
-    n = len(g)
+    """The paper's estimators at its own scale, by enumeration: s_i (Eq. 19/27), s_i^(loo) (Eq. 29),
+    s_i^(loo-1) (Eq. 33); at k = 1 the minus-one variant is the leave-one-out mean centring of Eq. 26."""
+    n, everyone = len(g), list(range(len(g)))
     out = []
-    for i in range(n):
-        mine = [s for s in itertools.combinations(range(n), k) if i in s]
-        if estimator == "sloo_minus_one" and k > 1:
-            vals = [max(g[j] for j in s) - max(g[j] for j in s if j != i) for s in mine]
-            out.append(sum(vals) / len(mine))
-            continue
-        val = sum(max(g[j] for j in s) for s in mine) / len(mine)
-        if estimator in ("sloo", "sloo_minus_one"):
-            rest = [s for s in itertools.combinations([j for j in range(n) if j != i], k)]
-            val -= sum(max(g[j] for j in s) for s in rest) / len(rest)
-        out.append(val)
+    for i in everyone:
+        others = [j for j in everyone if j != i]
+        if estimator == "s":
+            out.append(paper_S(g, i, k, everyone))
+        elif estimator == "sloo":
+            out.append(paper_S(g, i, k, everyone) - sum(paper_S(g, j, k, others) for j in others) / (n - 1))
+        elif k == 1:  # sloo_minus_one at k = 1: Eq. 26 (RLOO), at the paper's s_i = g_i / n scale
+            out.append((g[i] - sum(g[j] for j in others) / (n - 1)) / n)
+        else:
+            mine = [s for s in itertools.combinations(everyone, k) if i in s]
+            out.append(sum(max(g[j] for j in s) - max(g[j] for j in s if j != i) for s in mine) / math.comb(n, k))
     return out
 
 
@@ -99,22 +107,35 @@ def test_pkpo_hand_numbers():
     torch.testing.assert_close(pkpo_transform(g, 4, 2, "s"), torch.tensor([2 / 3, 1, 2 / 3, 1]))
     # max(S) - max(S minus i): a correct sample counts only in its 2 pairs with a wrong one.
     torch.testing.assert_close(pkpo_transform(g, 4, 2, "sloo_minus_one"), torch.tensor([0, 2 / 3, 0, 2 / 3]))
-    # minus pass@2 of the other three: 1 - 2/3 for a correct sample, 2/3 - 1 for a wrong one.
-    torch.testing.assert_close(pkpo_transform(g, 4, 2, "sloo"), torch.tensor([-1 / 3, 1 / 3, -1 / 3, 1 / 3]))
+    # Eq. 29: minus n/(n-1) = 4/3 times pass@2 of the other three: 1 - 4/3 * 2/3 for a correct sample,
+    # 2/3 - 4/3 * 1 for a wrong one.
+    torch.testing.assert_close(pkpo_transform(g, 4, 2, "sloo"), torch.tensor([-2 / 3, 1 / 9, -2 / 3, 1 / 9]))
     # Continuous rewards (max@k): 0.1 and 0.3 each sit in {.., 0.7} and {0.1, 0.3}.
     torch.testing.assert_close(pkpo_transform(torch.tensor([0.1, 0.7, 0.3]), 3, 2, "s"), torch.tensor([0.5, 0.7, 0.5]))
 
 
 @pytest.mark.parametrize("estimator", ["s", "sloo", "sloo_minus_one"])
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
-def test_pkpo_equals_subset_enumeration(estimator, k):
+def test_pkpo_equals_the_papers_definitions(estimator, k):
+    """`pkpo_transform` is the paper's estimator times n/k (our scale), group by group."""
     gen = torch.Generator().manual_seed(10 * k)
     r = torch.rand(3 * 6, generator=gen).round(decimals=1)  # ties included
-    if estimator == "sloo" and k > 5:
-        pytest.skip("unreachable")
     t = pkpo_transform(r, 6, k, estimator)
-    want = [v for g in range(3) for v in brute_pkpo(r[g * 6:(g + 1) * 6].tolist(), k, estimator)]
+    want = [6 / k * v for g in range(3) for v in brute_pkpo(r[g * 6:(g + 1) * 6].tolist(), k, estimator)]
     torch.testing.assert_close(t, torch.tensor(want, dtype=torch.float32), atol=1e-6, rtol=1e-6)
+
+
+def test_pkpo_sloo_baseline_is_eq29s_and_not_centred():
+    """Eq. 29's baseline sums S(j, k, others) over the n-1 others: k/(n-1) rho_k(others) at the paper's scale, so
+    a group's transformed rewards sum to -n/(n-1) rho_k(g) at ours (the leave-one-out rho_k of all samples sum to
+    n rho_k(g)). The minus-one variant sums to n (rho_k - rho_{k-1})."""
+    g = [0.1, 0.9, 0.4, 0.4, 0.7]
+    n, k = 5, 3
+    rho = {kk: sum(max(s) for s in itertools.combinations(g, kk)) / math.comb(n, kk) for kk in (2, 3)}
+    t = pkpo_transform(torch.tensor(g, dtype=torch.float64), n, k, "sloo").double()
+    assert t.sum().item() == pytest.approx(-n / (n - 1) * rho[3], abs=1e-6)
+    t1 = pkpo_transform(torch.tensor(g, dtype=torch.float64), n, k, "sloo_minus_one").double()
+    assert t1.sum().item() == pytest.approx(n * (rho[3] - rho[2]), abs=1e-6)
 
 
 def test_pkpo_unbiased_on_average_over_draws():

@@ -116,17 +116,16 @@ def _pkpo_group(g: torch.Tensor, k: int, estimator: str) -> torch.Tensor:
     order = torch.sort(g, stable=True).indices
     sg = g[order]
     s = _subset_weights(n, k) @ sg  # (n/k) s_i: mean over the k-subsets containing i of their max reward
-    if estimator == "sloo_minus_one" and k == 1:
-        estimator = "sloo"  # no (k-1)-subset to take the max of: the leave-one-out baseline of k = 1 (RLOO)
     if estimator in ("sloo", "sloo_minus_one") and n > 1:
-        kb = k if estimator == "sloo" else k - 1
         if estimator == "sloo" and k > n - 1:
             raise ValueError(f"pkpo_estimator 'sloo' needs k <= G - 1 (k={k}, G={n}); use 'sloo_minus_one'")
+        # The baseline of i at our (n/k) scale is `factor * rho_kb(g without i)` (see `pkpo_transform`).
+        kb, factor = (k, n / (n - 1)) if estimator == "sloo" else (max(k - 1, 1), 1.0)
         base = torch.empty(n, dtype=torch.float64)
         for i in range(n):
             rest = torch.cat([sg[:i], sg[i + 1:]])
             base[i] = _rho(rest, kb)
-        s = s - base
+        s = s - (base if factor == 1.0 else factor * base)
     out = torch.empty_like(s)
     out[order] = s
     return out
@@ -144,11 +143,16 @@ def pkpo_transform(rewards: torch.Tensor, num_generations: int, k: int, estimato
     unchanged, so TRL's group normalisation and eps see the rewards they see in GRPO). ``estimator``:
 
     * ``"s"`` (Eq. 19): no baseline (the caller centres it, as GRPO centres rewards);
-    * ``"sloo"`` (Eq. 29): minus ``k/(n-1) * sum_{j != i} s_j`` computed without ``i`` = ``rho_k(g without i)``
-      at our scale; needs ``k <= n - 1``;
+    * ``"sloo"`` (Eq. 29): ``s_i - 1/(n-1) * sum_{j != i} S(j, k, [n] without i)``, where ``S(j, k, X)`` is the sum
+      of the max over the k-subsets of ``X`` containing ``j``, over ``C(|X|, k)`` (Eq. 27-28, and Eq. 30-31 for the
+      ``C(n-1, k)``). The sum over ``j`` counts each k-subset of the others ``k`` times, so the baseline is
+      ``k/(n-1) * rho_k(g without i)``, i.e. ``n/(n-1) * rho_k(g without i)`` at our scale. It keeps the gradient
+      unbiased but is not centred: the transformed rewards of a group sum to ``-n/(n-1) * rho_k(g)`` (at ``k = 1``:
+      ``g_i - n/(n-1) * mean of the others``, not RLOO). Needs ``k <= n - 1``;
     * ``"sloo_minus_one"`` (Eq. 33, the paper's lowest-variance choice, our default): the mean over the subsets
-      containing ``i`` of ``max(S) - max(S without i)``, i.e. minus ``rho_{k-1}(g without i)``. At ``k = 1`` the
-      (k-1)-subset is empty, so it falls back to ``"sloo"`` (the RLOO baseline).
+      containing ``i`` of ``max(S) - max(S without i)``, i.e. minus ``rho_{k-1}(g without i)`` at our scale (Eq. 34:
+      ``k / (n (k-1)) * b_i^(k-1)`` at the paper's). At ``k = 1`` the (k-1)-subset is empty; like the paper's
+      ``k = 1`` runs it then uses the plain leave-one-out baseline of Eq. 26 (RLOO): ``g_i - mean of the others``.
 
     A NaN reward is left out of its group (and stays NaN); a group with fewer valid rows than ``k`` uses ``k = n``.
     """
@@ -177,9 +181,10 @@ def pkpo_advantages(rewards: torch.Tensor, num_generations: int, k: int, estimat
     """PKPO advantages, float32 ``(B,)``: `pkpo_transform`, then GRPO's normalisation as TRL applies it.
 
     ``"s"`` carries no baseline, so it is centred and scaled exactly as TRL treats rewards (`group_advantages`):
-    at ``k = 1`` this is GRPO's advantage bit for bit. The baselined estimators are already centred (that is the
-    point of Eq. 29/33), so they are only divided by the std (``scale``: "group" per group, "batch" over the batch,
-    "none" not at all; ``eps`` as TRL's 1e-4). NaN rewards get 0.
+    at ``k = 1`` this is GRPO's advantage bit for bit. The baselined estimators already carry the paper's
+    leave-one-out baseline (Eq. 29/33), built without sample ``i`` so that it keeps the gradient unbiased; they are
+    not re-centred on the group mean, which would depend on ``i`` (Sec. 4.2), only divided by the std (``scale``:
+    "group" per group, "batch" over the batch, "none" not at all; ``eps`` as TRL's 1e-4). NaN rewards get 0.
     """
     t = pkpo_transform(rewards, num_generations, k, estimator)
     if estimator == "s":

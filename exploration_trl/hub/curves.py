@@ -109,22 +109,33 @@ def heldout_keys(log_history: Iterable[Mapping] | None) -> list[str]:
     return sorted(keys, key=lambda k: int(k[len("eval_pass@"):]))
 
 
+def _step(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def training_summary(log_history: Sequence[Mapping] | None) -> str | None:
-    """One sentence: the first and last logged mean reward, token entropy and held-out pass@k."""
+    """One sentence: the mean reward, token entropy and held-out pass@k (in %, as in the card's table) at the first
+    and at the last step each was logged, every value with its step.
+
+    Each quantity names its own steps because they differ: held-out pass@k is logged only on evaluation steps (and
+    a final evaluation after training lands in the card's table, not here), so "first → last logged step" of the
+    run would misdate it."""
+    entries = [e for e in log_history or [] if isinstance(e, Mapping) and isinstance(e.get("step"), (int, float))
+               and not isinstance(e.get("step"), bool)]
     parts = []
-    for key, label, unit in (("reward", "mean reward", ""), ("entropy", "token entropy", " nats"),
-                             *((k, f"held-out {k.removeprefix('eval_')}", "") for k in heldout_keys(log_history))):
-        _, ys = _series(log_history, key)
+    for key, label, fmt in (("reward", "mean reward", lambda v: f"{v:.3g}"),
+                            ("entropy", "token entropy", lambda v: f"{v:.3g} nats"),
+                            *((k, f"held-out {k.removeprefix('eval_')}", lambda v: f"{100 * v:.1f}%")
+                              for k in heldout_keys(entries))):
+        xs, ys = _series(entries, key)
         if len(ys) >= 2:
-            parts.append(f"{label} {ys[0]:.3g} → {ys[-1]:.3g}{unit}")
+            parts.append(f"{label} {fmt(ys[0])} at step {_step(xs[0])} → {fmt(ys[-1])} at step {_step(xs[-1])}")
         elif ys:
-            parts.append(f"{label} {ys[0]:.3g}{unit}")
+            parts.append(f"{label} {fmt(ys[0])} at step {_step(xs[0])}")
     if not parts:
         return None
-    steps = [e.get("step") for e in log_history or [] if isinstance(e, Mapping) and "step" in e]
-    last = max((s for s in steps if isinstance(s, (int, float))), default=None)
-    where = f" over {int(last)} steps" if last else ""
-    return f"From the first to the last logged step{where}: " + "; ".join(parts) + "."
+    last = max(float(e["step"]) for e in entries)
+    return f"During training ({_step(last)} steps): " + "; ".join(parts) + "."
 
 
 def card_curves(

@@ -11,6 +11,7 @@ from ..core import advantages as core_adv
 from ..core._utils import broadcast_advantages
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
+from .correctness_guard import guard_correctness
 
 
 @dataclass
@@ -65,6 +66,9 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
         shape = mask.shape
         delta = (broadcast_advantages(new, shape) - broadcast_advantages(advantages, shape)) * mask
         right = is_correct(rewards, self.args.correct_reward_threshold)[:, None]
+        guard_correctness(self, batch.rewards, is_correct(batch.rewards, self.args.correct_reward_threshold),
+                          batch.num_generations, "dsgrpo", "DS-GRPO gives every completion the same side of its "
+                          "smoothing (the bonus of correct ones, or the penalty of wrong ones)")
         correct, wrong = right & mask.bool(), ~right & mask.bool()
         valid = mask.bool()
         shift_abs = delta.abs()[valid].sum().item()

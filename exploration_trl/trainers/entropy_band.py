@@ -7,12 +7,16 @@ direction in which it raises entropy. After every optimizer step it reads the st
 metric: the token-weighted mean of each micro-batch, already reduced over processes, so every process takes the same
 decision) and updates the knob (`entropy_band_update`):
 
-    below the band:  knob <- clip(knob * (1 + rate) ** d, min, max)
-    above the band:  knob <- clip(knob * (1 + rate) ** -d, min, max)
+    below the band:  move the knob by one step in the direction `d` that raises entropy
+    above the band:  move it one step the other way
     inside:          unchanged
 
-with `d = +1` for a knob that raises entropy. The step is multiplicative, so a knob at 0 is first raised to
-`entropy_band_min`. The knob's value is logged as `entropy_band/<knob>` each step; a warning is raised once when the
+    one step up:    knob <- max(knob, clip(max(knob, min) * (1 + rate), min, max))
+    one step down:  knob <- min(knob, clip(knob / (1 + rate), min, max))
+
+with `d = +1` for a knob that raises entropy. The step is multiplicative, so a knob at 0 that must rise starts from
+`entropy_band_min`; a step never moves the knob the other way, so a knob at 0 (or under `entropy_band_min`) that
+must fall stays where it is, and one above `entropy_band_max` that must rise too. The knob's value is logged as `entropy_band/<knob>` each step; a warning is raised once when the
 entropy stays outside the band for `entropy_band_patience` consecutive steps (the knob may be at its bound, or too
 weak a lever for this run).
 """
@@ -41,9 +45,9 @@ def entropy_band_update(value: float, entropy: float, low: float, high: float, d
     """One bounded multiplicative step of the knob toward the band (see the module docstring)."""
     if math.isnan(entropy) or low <= entropy <= high:
         return value
-    value = max(value, lo)
-    sign = direction if entropy < low else -direction
-    return min(max(value * (1.0 + rate) ** sign, lo), hi)
+    if (entropy < low) == (direction > 0):  # the knob must rise
+        return max(value, min(max(max(value, lo) * (1.0 + rate), lo), hi))
+    return min(value, min(max(value / (1.0 + rate), lo), hi))
 
 
 def check_entropy_band(config):
@@ -104,7 +108,8 @@ class EntropyBandCallback(TrainerCallback):
             return
         entropy = sum(window) / len(window)
         low, high = args.entropy_band
-        new = entropy_band_update(self._get(), entropy, low, high, KNOBS[self.knob], args.entropy_band_rate,
+        old = self._get()
+        new = entropy_band_update(old, entropy, low, high, KNOBS[self.knob], args.entropy_band_rate,
                                   args.entropy_band_min, args.entropy_band_max)
         self._set(new)
         metrics[f"entropy_band/{self.knob}"].append(new)
@@ -113,7 +118,7 @@ class EntropyBandCallback(TrainerCallback):
             self.warned = True
             side = "below" if entropy < low else "above"
             bound = (" (the knob is at its bound: widen entropy_band_min/max or choose another knob)"
-                     if new in (args.entropy_band_min, args.entropy_band_max) else "")
+                     if new in (args.entropy_band_min, args.entropy_band_max) or new == old else "")
             warnings.warn(
                 f"entropy_band: the policy's entropy ({entropy:.3f}) has stayed {side} the band [{low}, {high}] for "
                 f"{self.outside} steps; {self.knob} is now {new:.4g}{bound}. Warned once.", UserWarning, stacklevel=2,

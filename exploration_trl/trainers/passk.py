@@ -11,6 +11,7 @@ import torch
 from ..core import passk as core_pk
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
+from .correctness_guard import guard_correctness
 
 __all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
 
@@ -61,6 +62,8 @@ class PasskTrainer(ExplorationGRPOTrainer):
         self._mark_hook_ran("passk")
         rewards = batch.rewards
         correct = is_correct(rewards, self.args.correct_reward_threshold)
+        guard_correctness(self, rewards, correct, batch.num_generations, "passk",
+                          "Pass@k Training's advantages are all 0 and it learns nothing")
         adv = core_pk.passk_advantages(correct, batch.num_generations, self.args.passk_k,
                                        valid=~torch.isnan(rewards), scale=self.args.scale_rewards != "none")
         adv = adv.to(batch.advantages.device)[batch.process_slice]
@@ -181,6 +184,9 @@ class UnlikelyTrainer(ExplorationGRPOTrainer):
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         rewards = batch.rewards.to(logps.device)
         correct = is_correct(rewards, a.correct_reward_threshold)
+        if a.unlikely_rank_among == "correct":
+            guard_correctness(self, rewards, correct, batch.num_generations, "unlikely",
+                              "the unlikeliness rank among correct completions ranks all of them or none")
         shaped = core_pk.unlikeliness_rewards(rewards, logps, mask, batch.num_generations, a.unlikely_beta,
                                               correct=correct, logp=a.unlikely_logp, rank_among=a.unlikely_rank_among)
         adv = group_advantages(shaped, batch.num_generations, scale=a.scale_rewards)

@@ -14,6 +14,7 @@ from ._prompt_tokens import user_token_mask
 from .base import (
     ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_choice, check_non_negative,
 )
+from .correctness_guard import guard_correctness
 
 PROGRPO_BASELINES = ("prompt", "group_mean")
 PROGRPO_PROMPT_TOKENS = ("all", "user")
@@ -107,6 +108,8 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
             self._metrics[mode]["progrpo/prompt_confidence_mean"].append(torch.nanmean(ref).item())
         self._metrics[mode]["progrpo/adjustment_abs_mean"].append((new - global_adv).abs().mean().item())
         correct = is_correct(batch.rewards, args.correct_reward_threshold).view(-1, batch.num_generations)
+        guard_correctness(self, batch.rewards, correct, batch.num_generations, "progrpo",
+                          "ProGRPO's skip rule leaves every group as GRPO's")
         mixed = correct.any(dim=1) & ~correct.all(dim=1)
         self._metrics[mode]["progrpo/mixed_group_frac"].append(mixed.float().mean().item())
         self._warn_if_nothing_changed(global_adv, new)
