@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from exploration_trl.cli import main, parse_train_args
-from helpers import run_error, write_yaml
+from helpers import run_error, toy_checkpoint, write_yaml
 
 
 def test_yaml_sets_method_config_and_cli_overrides(tmp_path):
@@ -139,3 +139,55 @@ def test_prompt_template_without_placeholder(tmp_path, capsys):
                                                             reward_funcs=["math_accuracy"],
                                                             dataset_prompt_template="Solve it.")])
     assert msg == "error: dataset_prompt_template must contain {prompt} (where the question goes)"
+
+
+def test_top_level_help_lists_every_registered_subcommand(capsys):
+    """The top-level description is built from the registered subcommands (it once listed them by hand and left
+    `demo` out)."""
+    import argparse
+
+    import pytest
+
+    from exploration_trl.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    names = list(sub.choices)
+    assert {"train", "eval", "compare", "demo", "push"} <= set(names)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"exploration-trl command line: {', '.join(names)}." in help_text
+
+
+def test_train_ends_with_the_folder_and_card_it_saved(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["train", "--config", write_yaml(tmp_path)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"saved the model to {out} and its card to {out / 'README.md'}"
+    assert (out / "model.safetensors").is_file() and (out / "README.md").is_file()
+
+
+def test_eval_records_and_prints_the_model_as_the_user_named_it(tmp_path, capsys, monkeypatch):
+    """`--model out --output-dir ev/run1` records and prints `out`, not `../../out` (the path relative to the results
+    folder, which the settings keep for resuming); an absolute path is printed as given but recorded relative to the
+    results folder, since `push` uploads results.json. The model card still finds the results of its own folder."""
+    from exploration_trl.hub.eval_results import collect_results
+
+    monkeypatch.chdir(tmp_path)
+    toy_checkpoint(tmp_path / "out")
+    flags = ["--benchmark", "countdown3", "--n", "2", "--limit", "1", "--max-tokens", "8", "--no-semantic", "--quiet"]
+
+    assert main(["eval", "--model", "out", "--output-dir", "ev/run1", *flags]) == 0
+    printed = capsys.readouterr().out
+    assert "problems x n=2 (out)" in printed and "../../out" not in printed
+    results = json.loads((tmp_path / "ev" / "run1" / "results.json").read_text())
+    assert results["model"] == "out" and results["settings"]["model"] == "../../out"
+
+    absolute = str(tmp_path / "out")
+    assert main(["eval", "--model", absolute, "--output-dir", "ev/run2", *flags]) == 0
+    assert f"problems x n=2 ({absolute})" in capsys.readouterr().out
+    assert json.loads((tmp_path / "ev" / "run2" / "results.json").read_text())["model"] == "../../out"
+
+    assert main(["eval", "--model", "out", "--output-dir", "out/eval_countdown3", *flags]) == 0
+    assert [r["benchmark"] for r in collect_results("out")] == ["countdown3"]

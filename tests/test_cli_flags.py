@@ -24,8 +24,11 @@ def test_demo_documents_output_dir_and_still_reads_output(capsys):
     text = _help(capsys, ["demo"])
     assert "--output-dir" in text
     assert not re.search(r"--output(?!-dir)\b", text), "the old spelling --output is listed in demo --help"
+    from exploration_trl.experiments.demo import output_folder
+
     parse = build_parser().parse_args
-    assert parse(["demo"]).output == "outputs/demo"
+    assert output_folder(parse(["demo"])) == Path("outputs/demo")
+    assert output_folder(parse(["demo", "--quick"])) == Path("outputs/demo_quick")  # never over a full run
     assert parse(["demo", "--output-dir", "a"]).output == parse(["demo", "--output", "a"]).output == "a"
 
 

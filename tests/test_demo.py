@@ -101,6 +101,45 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
     assert set(summary[demo.META_KEY]["versus_grpo"]) == {method}
     assert (out / "trajectory.png").stat().st_size > 10_000
     assert "| step 0 " in printed and "| step 2 " in printed and "(reference)" in printed
+    # A smoke test says so, and presents no distance to GRPO's trajectory measured on 4 steps and 16 problems.
+    assert "SMOKE TEST, NOT RESULTS" in printed and summary[demo.META_KEY]["smoke_test"] == demo.SMOKE_TEST_NOTE
+    assert "not compared: smoke test" in printed and " at step 4 (best " not in printed
+    assert "RL-seed noise" not in printed and "In the budget experiment" not in printed
+    # The tables as Markdown, without the seconds: what README.md copies (from a full run).
+    tables = (out / demo.TABLES_FILE).read_text()
+    assert tables == demo.tables_markdown(summary, 8, smoke_test=True)
+    assert tables.startswith("Smoke test, not results: ") and "seconds" not in tables
+    assert summary[demo.META_KEY]["table"].splitlines()[2] in printed  # the printed table has the seconds
+
+
+def test_quick_demo_writes_apart_and_never_over_a_full_demo(tmp_path, capsys, monkeypatch):
+    """`demo --quick` writes to outputs/demo_quick by default (it used to overwrite a full demo's outputs/demo), and
+    refuses a folder that holds a full demo; a quick run may replace a quick one."""
+    calls = []
+
+    def record(method, compare, output, quick=False, **kwargs):
+        calls.append((Path(output), quick))
+        raise ValueError("stopped before the run")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(demo, "run_demo", record)
+    assert cli_main(["demo", "--quick"]) == 2 and cli_main(["demo"]) == 2
+    assert calls == [(Path(demo.QUICK_OUTPUT), True), (Path(demo.DEFAULT_OUTPUT), False)]
+    capsys.readouterr()
+
+    full = tmp_path / "outputs" / "demo"
+    full.mkdir(parents=True)
+    record_text = json.dumps({demo.META_KEY: {"quick": False, "settings": {"rl": {"steps": 600}}}})
+    (full / "demo_summary.json").write_text(record_text)
+    assert cli_main(["demo", "--quick", "--output-dir", str(full)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [(f"error: --output-dir '{full}' holds a full demo (600 RL steps) that --quick would overwrite; "
+                    f"leave --output-dir out (a quick run writes to {demo.QUICK_OUTPUT}) or choose another folder")]
+    assert len(calls) == 2 and (full / "demo_summary.json").read_text() == record_text
+
+    (full / "demo_summary.json").write_text(json.dumps({demo.META_KEY: {"quick": True}}))
+    assert cli_main(["demo", "--quick", "--output-dir", str(full)]) == 2
+    assert calls[-1] == (full, True) and "stopped before the run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -199,3 +238,82 @@ def test_closest_to_beating_takes_the_largest_margin():
     assert curves.closest_to_beating({"verdicts": {"a": v(0.5), "b": v(1.7), "grpo": {"vs_grpo": None},
                                                    "c": {"vs_grpo": {"verdict": "no verdict", "best": None}}}}) == "b"
     assert curves.closest_to_beating({"verdicts": {}}) is None
+
+
+# ------------------------------------------------------------------------------ the README's table is a fresh run's
+README = Path(__file__).resolve().parents[1] / "README.md"
+TABLE_START, TABLE_END = "<!-- demo-table:start -->", "<!-- demo-table:end -->"
+
+
+def readme_demo_block() -> str:
+    """The README's demo tables: the text between its `demo-table` markers (a copy of a run's demo_tables.md)."""
+    text = README.read_text(encoding="utf-8")
+    assert text.count(TABLE_START) == 1 and text.count(TABLE_END) == 1, "README.md lost its demo-table markers"
+    return text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip("\n")
+
+
+def markdown_tables(text: str) -> list[list[dict[str, str]]]:
+    """Each Markdown table of `text` as rows of {header: cell}, the separator row left out."""
+    tables, rows = [], None
+    for line in [*text.splitlines(), ""]:
+        if line.lstrip().startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if rows is None:
+                rows = [cells]
+            elif not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+        elif rows is not None:
+            tables.append([dict(zip(rows[0], r, strict=True)) for r in rows[1:]])
+            rows = None
+    return tables
+
+
+def test_readme_demo_tables_hold_together():
+    """The README's two demo tables parse, name the demo's models and evaluation steps, and agree with each other:
+    each trajectory starts at the warm start's row and ends at the model's own row."""
+    final, along = markdown_tables(readme_demo_block())
+    rows = {r["model"]: r for r in final}
+    assert list(rows) == ["warm_start", demo.DEFAULT_METHOD, "grpo"]
+    steps = [0, *demo.checkpoints(demo.DEMO_STEPS, quick=False), demo.DEMO_STEPS]
+    assert [k for k in along[0] if k.startswith("step ")] == [f"step {t}" for t in steps]
+    ws = rows["warm_start"]
+    for r in along:
+        assert r[f"step {steps[0]}"] == f"{ws['pass@1 %']} / {ws['pass@64 %']}"
+        assert r[f"step {steps[-1]}"] == f"{rows[r['model']]['pass@1 %']} / {rows[r['model']]['pass@64 %']}"
+    assert "seconds" not in final[0]  # timings vary; the table is what a fresh run reproduces exactly
+
+
+@pytest.mark.slow
+def test_readme_demo_tables_are_a_fresh_runs(tmp_path):
+    """The README's demo tables are what `exploration-trl demo` prints today (the run is deterministic): its
+    demo_tables.md verbatim, and every number read back against the run's demo_summary.json. The run says nothing of
+    DeepSpeed, which it does not use. About 3 minutes on 2 idle cores (more when they are shared)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "exploration_trl.cli", "demo", "--output-dir", str(out)],
+                          capture_output=True, text=True, timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Setting accelerator to CPU" not in proc.stdout + proc.stderr
+    block = readme_demo_block()
+    assert block == (out / demo.TABLES_FILE).read_text(encoding="utf-8").strip("\n")
+
+    summary = json.loads((out / "demo_summary.json").read_text())
+    final, along = markdown_tables(block)
+    for row in final:
+        m = summary[row["model"]]
+        assert row["pass@1 %"] == f"{100 * m['pass_at_k']['1']:.1f}"
+        assert row["pass@64 %"] == f"{100 * m['pass_at_k']['64']:.1f}"
+        assert row["distinct correct / problem"] == f"{m['distinct_correct_per_problem']:.2f}"
+        assert row["token entropy (nats)"] == f"{m['token_entropy']:.3f}"
+        if row["model"] != "warm_start":
+            assert row["train reward first -> last"] == f"{m['reward_first']:.3f} -> {m['reward_last']:.3f}"
+    versus = summary[demo.META_KEY]["versus_grpo"]
+    for row in along:
+        for p in summary[row["model"]]["trajectory"]:
+            assert row[f"step {p['step']}"] == f"{100 * p['pass@1']:.1f} / {100 * p['pass@64']:.1f}"
+        if row["model"] != "grpo":
+            last = versus[row["model"]]["last"]
+            assert row[next(k for k in row if k.startswith("pass@64 minus"))].startswith(
+                f"{100 * last['difference']:+.1f} at step {last['step']}")

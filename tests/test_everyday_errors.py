@@ -421,6 +421,36 @@ def test_train_help(capsys):
     assert "its preset changes TRL's defaults: epsilon_high = 0.28" in out  # ProGRPO's
 
 
+@pytest.mark.parametrize("argv", [[], ["--max_steps", "2"]])
+def test_train_without_config_or_model_prints_usage_and_exits_2(tmp_path, capsys, monkeypatch, argv):
+    """A bare `train` (or one with overrides only) used to start a long run of the toy model on every default and
+    write trainer_output/: it stops before parsing, with the usage and one line naming what is missing."""
+    import exploration_trl.cli.train as train_module
+
+    def must_not_parse(argv):
+        raise AssertionError("train went on to parse (and run) without a config or a model")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train_module, "parse_train_args", must_not_parse)
+    assert main(["train", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: exploration-trl train --config FILE.yaml [--KEY VALUE ...]\n"
+                          "       exploration-trl train --model_name_or_path MODEL [--KEY VALUE ...]\n")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [("error: train needs a training YAML or a model: give --config FILE.yaml (e.g. "
+                       "configs/smoke_toy_countdown.yaml) or --model_name_or_path MODEL (a Hub id, a local folder, or "
+                       "toy); `exploration-trl train --help` lists the keys")]
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []  # no trainer_output/
+
+
+@pytest.mark.parametrize("argv", [["--config", "c.yaml"], ["--config=c.yaml"], ["--model_name_or_path", "toy"],
+                                  ["--model-name-or-path=toy", "--max_steps", "1"]])
+def test_a_config_or_a_model_is_enough_to_go_on(argv):
+    from exploration_trl.cli.train import check_config_or_model
+
+    check_config_or_model(argv)  # raises nothing
+
+
 def test_train_help_all_and_unknown_key_points_to_it(tmp_path, capsys):
     assert main(["train", "--help-all"]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""`exploration-trl` command line: train, eval, compare, tree, countdown-tiny, push.
+"""`exploration-trl` command line (its subcommands: `exploration-trl --help`).
 
 `train` reads a TRL-style YAML (`--config file.yaml`, then `--key value` overrides) into TRL's dataclasses with
 TRL's `TrlParser`. The `method` key picks the trainer/config pair (`grpo`, `progrpo`, `dsgrpo`, `casp`, `kl_cov`,

@@ -1,4 +1,4 @@
-"""`exploration-trl` command line: train, eval, compare, tree, countdown-tiny, push.
+"""`exploration-trl` command line.
 
 The entry point: `train` is handled here (its own parser, see `train_args`); every other subcommand registers itself
 from the module named in `SUBCOMMAND_MODULES`. A user's mistake ends as one `error: ...` line and exit status 2.
@@ -27,7 +27,7 @@ SUBCOMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="exploration-trl", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="exploration-trl")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="Train with a TRL-style YAML (--config) and --key value overrides "
                            "(`exploration-trl train --help`).", add_help=False)
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
             importlib.import_module(module).register(sub)
         except ImportError:
             continue
+    # Listed from the registered subcommands, so a new one cannot be left out.
+    parser.description = f"exploration-trl command line: {', '.join(sub.choices)}."
     return parser
 
 

@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 
 from ..io_safety import check_output_dir, final_save_failed_line, os_error_line, remove_files_written_since
-from .common import CLIError
+from .common import CLIError, is_main_process
 from .train_args import parse_train_args
 from .train_data import check_prompt_lengths, check_rewards, load_train_dataset, resolve_reward_funcs
+from .train_help_text import USAGE
 
 TOY_MODEL = "toy"
 
@@ -52,7 +53,21 @@ class Stage:
     started = False
 
 
+def check_config_or_model(argv: list[str]) -> None:
+    """A `train` given neither a YAML nor a model is a mistake, not a request for a long run of the toy model on
+    every default: print the usage and raise the one-line error (exit status 2)."""
+    keys = {a.lstrip("-").split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
+    if keys & {"config", "model_name_or_path"}:
+        return
+    if is_main_process():
+        print(USAGE, file=sys.stderr)
+    raise CLIError("train needs a training YAML or a model: give --config FILE.yaml (e.g. "
+                   "configs/smoke_toy_countdown.yaml) or --model_name_or_path MODEL (a Hub id, a local folder, or "
+                   "toy); `exploration-trl train --help` lists the keys")
+
+
 def train_main(argv: list[str]) -> int:
+    check_config_or_model(argv)
     script_args, training_args, model_args = parse_train_args(argv)
     check_output_dir(training_args.output_dir)  # before anything loads or is written
     output_dir = Path(training_args.output_dir)
@@ -93,12 +108,14 @@ def _train(script_args, training_args, model_args) -> int:
     import torch
     from trl import get_peft_config
 
+    from ..deepspeed_import import import_deepspeed_only_when_used
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
     from ..rewards import naming_errors
     from ..trainers import get_trainer_class
     from ..trainers.weights import weights_changed, weights_fingerprint
 
+    import_deepspeed_only_when_used()  # before the toy model's save_pretrained: no DeepSpeed noise in runs without it
     if script_args.max_train_samples is not None and script_args.max_train_samples <= 0:
         raise CLIError(f"max_train_samples is {script_args.max_train_samples}, which leaves no training rows; set a "
                        "positive number or remove the key to use every row")
@@ -145,5 +162,17 @@ def _train(script_args, training_args, model_args) -> int:
     # vLLM engine goes first: it destroys the group it may have created, which end_training then finds gone.
     trainer.accelerator.wait_for_everyone()
     trainer.close_vllm()
+    main_process = trainer.accelerator.is_main_process
     trainer.accelerator.end_training()
+    if main_process:
+        print(saved_line(training_args.output_dir))
     return 0
+
+
+def saved_line(output_dir: str) -> str:
+    """`train`'s last line: the folder the model was saved to and its card (or that no card was written)."""
+    from ..hub.state import CARD_FILE
+
+    card = Path(output_dir) / CARD_FILE
+    return (f"saved the model to {output_dir} and its card to {card}" if card.is_file() else
+            f"saved the model to {output_dir} (no model card: {card} was not written)")

@@ -21,6 +21,10 @@ METHOD_SUMMARIES = {
     "pkpo": "PKPO: unbiased pass@k reward transform for k < n, k optionally annealed (advantage side)",
     "unlikely": "Unlikeliness reward: rare correct samples up-weighted by their rank (advantage side)",
 }
+#: The first lines of `train --help`, also printed above the error of a `train` given neither a YAML nor a model.
+USAGE = ("usage: exploration-trl train --config FILE.yaml [--KEY VALUE ...]\n"
+         "       exploration-trl train --model_name_or_path MODEL [--KEY VALUE ...]\n"
+         "       accelerate launch [--config_file ACCELERATE.yaml] -m exploration_trl.cli train --config FILE.yaml")
 #: TRL / transformers keys most runs set (all of them: `--help-all`).
 COMMON_KEYS = ("model_name_or_path", "output_dir", "learning_rate", "max_steps", "num_train_epochs",
                "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
@@ -60,8 +64,7 @@ def train_help() -> str:
 
     base_fields = ExplorationGRPOConfig.__dataclass_fields__
     out = [
-        "usage: exploration-trl train --config FILE.yaml [--KEY VALUE ...]",
-        "       accelerate launch [--config_file ACCELERATE.yaml] -m exploration_trl.cli train --config FILE.yaml",
+        *USAGE.splitlines(),
         "",
         "Train with GRPO or an exploration-preserving method (TRL GRPOTrainer subclasses). Every key below is a key",
         "of the YAML given to --config; --KEY VALUE on the command line overrides it.",

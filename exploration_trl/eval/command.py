@@ -100,13 +100,14 @@ def register(subparsers) -> None:
     add_compare_parser(subparsers)
 
 
-def _summary_lines(results: dict) -> list[str]:
+def _summary_lines(results: dict, model: str | None = None) -> list[str]:
+    """The printed summary; `model`: the model as the user named it (`--model`), else the one results.json records."""
     from exploration_trl.eval.compare import _fmt
 
     s = results["summary"]
     passk = "  ".join(f"pass@{k}={_fmt(v, pct=True)}" for k, v in s["pass_at_k"].items())
     lines = [
-        f"{results['benchmark']['name']}: {s['num_problems']} problems x n={s['n']} ({results['model']})",
+        f"{results['benchmark']['name']}: {s['num_problems']} problems x n={s['n']} ({model or results['model']})",
         passk,
         f"avg@n={_fmt(s['avg_at_n'], pct=True)}  maj@n={_fmt(s['maj_at_n'], pct=True)}  "
         f"token entropy={_fmt(s['token_entropy'])}  mean tokens={_fmt(s['mean_completion_tokens'], digits=1)}  "
@@ -158,7 +159,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         answer_column=args.answer_column,
         vllm_memory_utilization=getattr(args, "vllm_memory_utilization", None),
     )
-    print("\n".join(_summary_lines(results)))
+    print("\n".join(_summary_lines(results, model=args.model)))
     return 0
 
 

@@ -190,6 +190,17 @@ def _portable(sampling: dict, out: Path) -> dict:
     return portable
 
 
+def _model_as_given(model: Any, portable_id: str) -> str:
+    """results.json's `model`: a local folder as the caller named it (`--model out` stays `out`, relative to the
+    working directory), not the settings' path relative to the results folder (`../../out`, what resuming and the
+    model card use). An absolute path stays the portable one: results.json is uploaded by `push`."""
+    if isinstance(model, tuple):
+        model = model[0]
+    if isinstance(model, (str, os.PathLike)) and not os.path.isabs(os.path.expanduser(os.fspath(model))):
+        return os.fspath(model)
+    return portable_id
+
+
 def default_output_dir(model: Any, benchmark: str, n: int, temperature: float) -> Path:
     """``runs/eval/<model>__<benchmark>__n<n>_t<temperature>`` (relative to the working directory)."""
     name = Path(_model_id(model).rstrip("/")).name or "model"
@@ -503,7 +514,7 @@ def run_eval(
     summary = summarize(ordered, ks=ks, answer_type=bench.answer_type, diversity=diversity, semantic=semantic)
     results = {
         "schema": RESULTS_SCHEMA,
-        "model": sampling["model"],
+        "model": _model_as_given(model, sampling["model"]),
         "benchmark": {
             "name": bench.name,
             "source": bench.source,

@@ -1,4 +1,4 @@
-"""`exploration-trl demo`: does RL keep exploring? About three minutes on a CPU, from a warm start that can learn.
+"""`exploration-trl demo`: does RL keep exploring? About 3 minutes on 2 idle CPU cores, from a warm start that learns.
 
 1. **Warm start.** A 106k-parameter char-level Qwen2 (0.41 MB) fine-tuned on Countdown solutions ships with the
    package (`exploration_trl/data/warm_start/countdown_tiny`, made by `exploration-trl countdown-tiny --sft-only
@@ -13,8 +13,9 @@
    (pass@1, pass@64) plane: GRPO's falls as it sharpens, and the method is compared with GRPO's trajectory at the
    same pass@1, the comparison of `curves_rule.py`.
 
-Writes `<output>/demo_summary.json`, `<output>/pass_at_k.png`, `<output>/trajectory.png` and one folder per trained
-model (weights, tokenizer, model card with its pass@k, `eval/results.json`).
+Writes `<output>/demo_summary.json`, `<output>/demo_tables.md` (the tables README.md copies), `<output>/pass_at_k.png`,
+`<output>/trajectory.png` and one folder per trained model (weights, tokenizer, model card with its pass@k,
+`eval/results.json`). `--quick` is a smoke test that writes to `outputs/demo_quick` and never over a full run.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..io_safety import check_output_dir, write_atomic
 from . import _common, countdown_tiny, curves_rule
 from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, check_warm_start, settings_by_label, warm_start_dir
 
@@ -46,6 +48,14 @@ DEMO_STEPS = 600
 SUMMARY_KEYS = ("pass_at_k", "reward_first", "reward_last", "weights_changed", "seconds", "trajectory")
 #: The summary's one key that is not a model.
 META_KEY = "demo"
+#: Where the demo writes unless told otherwise; a `--quick` smoke run writes apart, so it never replaces a full run.
+DEFAULT_OUTPUT = "outputs/demo"
+QUICK_OUTPUT = "outputs/demo_quick"
+#: The demo's tables as Markdown (what README.md shows between its `demo-table` markers, copied from a fresh run).
+TABLES_FILE = "demo_tables.md"
+#: What a `--quick` run says of its numbers.
+SMOKE_TEST_NOTE = ("a smoke test (--quick): a few RL steps and a small evaluation show that the pipeline runs; its "
+                   "numbers say nothing about the methods (the full demo: `exploration-trl demo`)")
 
 
 def warm_start_info(folder: Path | None = None) -> dict[str, Any]:
@@ -108,10 +118,12 @@ def train_and_evaluate(name: str, method: str, overrides: dict[str, Any], settin
     held-out evaluation, then the saved model and its card (a job for `_common.run_jobs`)."""
     import torch
 
+    from ..deepspeed_import import import_deepspeed_only_when_used
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
     from ..trainers.weights import weights_changed, weights_fingerprint
 
+    import_deepspeed_only_when_used()  # in the worker process: no DeepSpeed warning from saving the model
     out = Path(output) / name
     torch.manual_seed(settings.rl_seed)
     restore = _common.quiet_training_logs()
@@ -165,7 +177,9 @@ def _model_entry(run: dict[str, Any], seconds: float) -> dict[str, Any]:
     }
 
 
-def summary_table(summary: dict[str, Any], n: int) -> str:
+def summary_table(summary: dict[str, Any], n: int, seconds: bool = True) -> str:
+    """Per model: final held-out pass@1 / pass@n, distinct correct, entropy, training reward, whether weights
+    changed and (`seconds`) its time, which varies with the machine's load."""
     rows = []
     for name, m in summary.items():
         if name == META_KEY:
@@ -179,9 +193,9 @@ def summary_table(summary: dict[str, Any], n: int) -> str:
         changed = {None: "-", True: "yes", False: "NO"}[m["weights_changed"]]
         rows.append([name, f"{100 * pk['1']:.1f}", f"{100 * pk[str(n)]:.1f}",
                      fmt(m["distinct_correct_per_problem"], ".2f"), fmt(m["token_entropy"], ".3f"), reward, changed,
-                     f"{m['seconds']:.0f}"])
+                     *([f"{m['seconds']:.0f}"] if seconds else [])])
     header = ["model", "pass@1 %", f"pass@{n} %", "distinct correct / problem", "token entropy (nats)",
-              "train reward first -> last", "weights changed", "seconds"]
+              "train reward first -> last", "weights changed", *(["seconds"] if seconds else [])]
     return _common.markdown_table(header, rows)
 
 
@@ -208,8 +222,9 @@ def versus_grpo(summary: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
     return out
 
 
-def trajectory_table(summary: dict[str, Any], n: int) -> str:
-    """Per model: pass@1 / pass@n at each evaluated step, and (methods) the distance to GRPO's trajectory."""
+def trajectory_table(summary: dict[str, Any], n: int, smoke_test: bool = False) -> str:
+    """Per model: pass@1 / pass@n at each evaluated step, and (methods) the distance to GRPO's trajectory; a
+    `smoke_test` (`--quick`) says so there instead of a distance measured on a few steps and problems."""
     vs = versus_grpo(summary)
     steps = sorted({p["step"] for name, m in summary.items() if name != META_KEY for p in m["trajectory"]})
     rows = []
@@ -220,12 +235,22 @@ def trajectory_table(summary: dict[str, Any], n: int) -> str:
         cells = [f"{100 * at[t]['pass@1']:.1f} / {100 * at[t]['pass@64']:.1f}" if t in at else "-" for t in steps]
         v = vs.get(name)
         last, best = (v or {}).get("last"), (v or {}).get("best")
-        word = ("(reference)" if name == "grpo" else "-" if v is None else
+        word = ("(reference)" if name == "grpo" else "not compared: smoke test" if smoke_test else
+                "-" if v is None else
                 f"{100 * last['difference']:+.1f} at step {last['step']} "
                 f"(best {100 * best['difference']:+.1f} at step {best['step']})")
         rows.append([name, *cells, word])
     header = ["model", *[f"step {t}" for t in steps], f"pass@{n} minus GRPO's trajectory at the same pass@1 (points)"]
     return _common.markdown_table(header, rows)
+
+
+def tables_markdown(summary: dict[str, Any], n: int, smoke_test: bool = False) -> str:
+    """`demo_tables.md`: both tables without the seconds (timings vary from run to run, the rest does not: the run
+    is deterministic), the block README.md copies from a fresh run."""
+    lead = f"Smoke test, not results: {SMOKE_TEST_NOTE}.\n\n" if smoke_test else ""
+    return (f"{lead}{summary_table(summary, n, seconds=False)}\n\n"
+            f"Along the way (held-out pass@1 / pass@{n} %), and the method's distance to GRPO's trajectory at the "
+            f"same pass@1:\n\n{trajectory_table(summary, n, smoke_test)}\n")
 
 
 def plot_trajectories(summary: dict[str, Any], n: int, out_png: Path) -> Path | None:
@@ -317,15 +342,19 @@ def run_demo(method: str, compare: list[str], output: Path, quick: bool = False,
     plot = countdown_tiny._plot(runs, output / "pass_at_k.png")
     trajectory_plot = plot_trajectories(summary, e.n_samples, output / "trajectory.png")
     table = summary_table(summary, e.n_samples)
-    along_the_way = trajectory_table(summary, e.n_samples)
+    along_the_way = trajectory_table(summary, e.n_samples, smoke_test=quick)
+    tables = output / TABLES_FILE
+    write_atomic(tables, tables_markdown(summary, e.n_samples, smoke_test=quick).encode("utf-8"))
     summary[META_KEY] = {
         "method": method, "compare": [c for c in compare if c != method], "quick": quick,
+        "smoke_test": SMOKE_TEST_NOTE if quick else None,
         "warm_start": {"path": str(ckpt), **{k: info[k] for k in ("command", "num_parameters", "size_mb")}},
         "settings": asdict(settings), "num_heldout_problems": len(bench.records), "n_samples": e.n_samples,
         "reward_window": "reward_first / reward_last: mean training reward over the first / last tenth of the "
                          "logged steps",
         "eval_steps": [0, *on_the_way, r.steps], "versus_grpo": versus_grpo(summary),
-        "table": table, "trajectory_table": along_the_way, "plot": str(plot) if plot else None,
+        "table": table, "trajectory_table": along_the_way, "tables_file": str(tables),
+        "plot": str(plot) if plot else None,
         "trajectory_plot": str(trajectory_plot) if trajectory_plot else None, "seconds_total": total.seconds,
         "environment": _common.environment(),
     }
@@ -336,8 +365,8 @@ def run_demo(method: str, compare: list[str], output: Path, quick: bool = False,
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "demo", help="The main job: RL from a shipped Countdown warm start, one method against GRPO, held-out pass@k "
-                     "along the way and the trajectories in the pass@1-pass@64 plane (about 3 minutes on 2 CPU "
-                     "cores).",
+                     "along the way and the trajectories in the pass@1-pass@64 plane (about 3 minutes on 2 idle "
+                     "CPU cores, 5 when other jobs share them).",
         description=__doc__.splitlines()[0])
     p.add_argument("--method", default=DEFAULT_METHOD,
                    help=f"Method to train (default {DEFAULT_METHOD} with "
@@ -347,14 +376,17 @@ def register(subparsers) -> None:
     p.add_argument("--compare", default="grpo",
                    help="Comma-separated methods trained next to it with the same budget (default grpo; 'none' for "
                         "none).")
-    p.add_argument("--output-dir", dest="output", metavar="OUTPUT_DIR", default="outputs/demo",
-                   help="Output folder (default %(default)s).")
+    p.add_argument("--output-dir", dest="output", metavar="OUTPUT_DIR", default=None,
+                   help=f"Output folder (default {DEFAULT_OUTPUT}; with --quick {QUICK_OUTPUT}). A --quick run never "
+                        "overwrites a full one.")
     p.add_argument("--output", dest="output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--steps", type=int, default=None, help=f"RL steps per model (default {DEMO_STEPS}; --quick 4).")
     p.add_argument("--seed", type=int, default=0, help="RL and sampling seed (default %(default)s).")
     p.add_argument("--config", default=None,
                    help="YAML mapping method -> {config field: value} overriding a method's setting.")
-    p.add_argument("--quick", action="store_true", help="A smoke run of a few seconds (4 steps, a small evaluation).")
+    p.add_argument("--quick", action="store_true",
+                   help="A smoke test of a few seconds (4 steps, a small evaluation): it shows the pipeline runs, its "
+                        "numbers mean nothing.")
     p.add_argument("--workers", type=int, default=2,
                    help="Models trained in parallel processes (default %(default)s, one per core).")
     p.add_argument("--warm-start", default=None, metavar="DIR",
@@ -363,7 +395,30 @@ def register(subparsers) -> None:
     p.set_defaults(func=main_from_args)
 
 
+def output_folder(args) -> Path:
+    """`--output-dir`, else `outputs/demo` (or, for `--quick`, `outputs/demo_quick`)."""
+    return Path(args.output or (QUICK_OUTPUT if args.quick else DEFAULT_OUTPUT))
+
+
+def refuse_to_replace_a_full_run(output: Path) -> None:
+    """A `--quick` smoke test must not overwrite a full demo's results: `ValueError` when `output` holds one."""
+    import json
+
+    try:
+        meta = json.loads((output / "demo_summary.json").read_text(encoding="utf-8")).get(META_KEY) or {}
+    except (OSError, ValueError, AttributeError):
+        return
+    if meta.get("quick") is False:
+        steps = (meta.get("settings") or {}).get("rl", {}).get("steps")
+        raise ValueError(f"--output-dir '{output}' holds a full demo ({steps} RL steps) that --quick would overwrite; "
+                         f"leave --output-dir out (a quick run writes to {QUICK_OUTPUT}) or choose another folder")
+
+
 def main_from_args(args) -> int:
+    output = output_folder(args)
+    check_output_dir(output, key="--output-dir")
+    if args.quick:
+        refuse_to_replace_a_full_run(output)
     method = _common.validate_method(args.method, "--method")
     compare = [] if args.compare.strip().lower() == "none" else [
         _common.validate_method(m, "--compare") for m in _common.parse_list(args.compare, "--compare")]
@@ -374,25 +429,30 @@ def main_from_args(args) -> int:
     _common.check_positive(args.workers, "--workers")
     warm_start = check_warm_start(args.warm_start, "--warm-start") if args.warm_start else None
     overrides = _common.load_overrides(args.config, [method, *compare])
-    summary = run_demo(method, compare, Path(args.output), quick=args.quick, seed=args.seed, steps=args.steps,
+    summary = run_demo(method, compare, output, quick=args.quick, seed=args.seed, steps=args.steps,
                        overrides=overrides, workers=args.workers, warm_start=warm_start)
     meta = summary[META_KEY]
-    print(f"\nexploration-trl demo: {meta['num_heldout_problems']} held-out countdown-tiny problems x "
-          f"{meta['n_samples']} samples, {meta['settings']['rl']['steps']} RL steps per model")
+    print(f"\nexploration-trl demo{' --quick' if args.quick else ''}: {meta['num_heldout_problems']} held-out "
+          f"countdown-tiny problems x {meta['n_samples']} samples, {meta['settings']['rl']['steps']} RL steps per model")
+    if args.quick:
+        print(f"SMOKE TEST, NOT RESULTS: this is {SMOKE_TEST_NOTE}.")
     print(meta["table"])
     print(f"\nAlong the way (held-out pass@1 / pass@{meta['n_samples']} %; trajectory plot: "
           f"{meta['trajectory_plot']}):")
     print(meta["trajectory_table"])
-    found = (f"these settings did: {', '.join(BEATS_GRPO)}" if BEATS_GRPO else
-             "none did at this scale; GRPO stopped early is the one to beat")
-    print("A method that trades pass@1 for pass@k has beaten GRPO only where it lies above GRPO's trajectory at the "
-          f"same pass@1, by more than the RL-seed noise. In the budget experiment (docs/curves.json) {found}.")
+    if not args.quick:
+        found = (f"these settings did: {', '.join(BEATS_GRPO)}" if BEATS_GRPO else
+                 "none did at this scale; GRPO stopped early is the one to beat")
+        print("A method that trades pass@1 for pass@k has beaten GRPO only where it lies above GRPO's trajectory at "
+              f"the same pass@1, by more than the RL-seed noise. In the budget experiment (docs/curves.json) {found}.")
     for name, entry in summary.items():
         for note in entry.get("notes", []) if name != META_KEY else []:
             print(f"warning: {name}: {note}", file=sys.stderr)
-    print("\nRL-seed noise on this task is about 1 point of pass@1 and of pass@64 (docs/what_it_shows.md): smaller "
-          "differences between the trained models are noise.")
-    print(f"wrote {Path(args.output) / 'demo_summary.json'}, {meta['plot']}, {meta['trajectory_plot']} and the models "
-          f"with their cards in "
-          f"{meta['seconds_total']:.0f} s")
+    if args.quick:
+        print(f"\nSmoke test only: {SMOKE_TEST_NOTE}.")
+    else:
+        print("\nRL-seed noise on this task is about 1 point of pass@1 and of pass@64 (docs/what_it_shows.md): "
+              "smaller differences between the trained models are noise.")
+    print(f"wrote {output / 'demo_summary.json'}, {meta['tables_file']}, {meta['plot']}, {meta['trajectory_plot']} "
+          f"and the models with their cards in {meta['seconds_total']:.0f} s")
     return 0
