@@ -12,9 +12,21 @@ A method author reads this file only (the guide with a worked example: `docs/wri
 * **No silent no-op**: each method class declares `hook = (side, name)` and calls `_mark_hook_ran(name)` when it
   acts; a step on which a declared hook did not run stops training (`HookDidNotRunError`).
 
-The plumbing lives beside it: `config.py` (the shared config keys), `capture.py` (reading TRL's own forward
-passes under any wrapper), `rollout.py` (rollout statistics and the `RolloutBatch`), `metrics_logging.py`
-(exploration metrics) and `vllm_support.py` (vLLM's weight sync on a CPU, its log-probs reused, its shutdown).
+**One generation batch** is `_generate_and_score_completions`, the package's only override of it: it composes, in
+order, the vLLM step, the rollout capture, the dynamic-sampling refill, TRL's own batch, the rollout statistics and the
+advantage hook (see its docstring). The mixins provide those steps as helper methods; their few other TRL overrides
+are narrow and named in each module. The mixins, one line each:
+
+* `ResumeMixin` (`resume.py`): saves and restores TRL's rollout buffer, RNGs and pending metrics; Ctrl-C checkpoints.
+* `VLLMMixin` (`vllm_support.py`): vLLM's weight sync on a CPU, its log-probs reused, its shutdown.
+* `RolloutMixin` (`rollout.py`): rewards checked, rollout statistics captured, the `RolloutBatch`, the advantages set.
+* `DynamicSamplingMixin` (`dynamic_sampling.py`): DAPO's rounds that drop groups whose rewards do not vary.
+* `CaptureMixin` (`capture.py`): reads TRL's own forward passes (log-probs, entropies, hidden states) under any wrapper.
+* `ExplorationMetricsMixin` (`metrics_logging.py`): the exploration metrics, reduced across processes.
+* `HeldoutEvalMixin` (`heldout_eval.py`): held-out pass@k on HF's evaluation schedule (`eval_benchmark`).
+* `DivergenceMixin` (`divergence.py`): warns once (and the card says so) when entropy climbs or reward falls to 0.
+
+`config.py` holds the shared config keys.
 """
 from __future__ import annotations
 
@@ -136,6 +148,32 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
         """Per-completion tensors carried to `compute_loss` (TRL shuffles and splits every tensor key)."""
         correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold)
         return {"exploration_correct": correct}
+
+    # ------------------------------------------------------------------ one generation batch
+    def _generate_and_score_completions(self, inputs):
+        """TRL's generation batch with the package's steps around it, in this order:
+
+        1. vLLM (`_start_vllm_batch`): forget the previous batch's prompt log-probs;
+        2. rollout capture (`_start_rollout_capture`): record the rows and, when the method needs rollout statistics,
+           capture TRL's passes over the completions (and generation's logits) from here on;
+        3. dynamic sampling (`_dynamic_sampling_select`): when on, generate rounds until enough groups have rewards
+           that vary, and return the kept rows, whose generations and rewards TRL's pass then replays;
+        4. TRL's own `_generate_and_score_completions` on those rows;
+        5. rollout statistics (`_finish_rollout_capture`), then the advantage hook and the STILL shapers
+           (`_set_advantages`), whose result replaces TRL's advantages.
+        """
+        self._start_vllm_batch()
+        need_rollout = self._start_rollout_capture(inputs)
+        try:
+            try:
+                inputs = self._dynamic_sampling_select(inputs)
+                output = super()._generate_and_score_completions(inputs)
+            finally:
+                self._ds_replay = None
+            capture = self._finish_rollout_capture(output, need_rollout)
+        finally:
+            self._capture = None
+        return self._set_advantages(output, capture)
 
     # ------------------------------------------------------------------ loss side
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
