@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if isinstance(getattr(args, "output", None), str):  # demo, tree, countdown-tiny, curves: before any model
             check_output_dir(args.output, key="--output-dir")
+        if getattr(args, "method", None):  # e.g. `push --method`: the methods' records register with the trainers
+            from .. import trainers  # noqa: F401
         return int(args.func(args) or 0)
     except (CLIError, ValueError, FileNotFoundError) as e:
         # Raised mid-training, start a fresh line: a progress bar may hold the current one.

@@ -16,7 +16,8 @@
   card and file list of a dry run).
 * :mod:`~exploration_trl.hub.model_source` - `check_model_source`: a model path or Hub id that can be loaded, checked
   before any model loads.
-* :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind each method.
+* :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind a trained model (each method's paper is in its
+  record, `exploration_trl.methods`).
 * :mod:`~exploration_trl.hub.command` - the `exploration-trl push` subcommand.
 
 Imports are lazy: `import exploration_trl.hub` loads neither `huggingface_hub` nor matplotlib.
@@ -43,7 +44,6 @@ _LAZY = {
     "push_output_dir": "exploration_trl.hub.push",
     "HubError": "exploration_trl.hub.push",
     "PAPERS": "exploration_trl.hub.citations",
-    "METHOD_PAPERS": "exploration_trl.hub.citations",
     "bibtex_for": "exploration_trl.hub.citations",
     "papers_for": "exploration_trl.hub.citations",
 }

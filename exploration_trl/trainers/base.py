@@ -9,8 +9,11 @@ A method author reads this file only (the guide with a worked example: `docs/wri
 * **Loss hooks** that reuse TRL's `_compute_loss`: `_transform_policy_logps` changes the per-token
   importance ratio (TRL forms it as `exp(per_token_logps - old_per_token_logps)`), and
   `_extra_per_token_loss` adds per-token terms aggregated exactly as TRL's `loss_type` aggregates.
-* **No silent no-op**: each method class declares `hook = (side, name)` and calls `_mark_hook_ran(name)` when it
-  acts; a step on which a declared hook did not run stops training (`HookDidNotRunError`).
+* **No silent no-op**: each method's hook is `hook = (side, name)` (set by `register_method` from its record) and it
+  calls `_mark_hook_ran(name)` when it acts; a step on which a declared hook did not run stops training
+  (`HookDidNotRunError`).
+* **One record**: `@register_method(MethodInfo(...))` on the trainer class (`exploration_trl.methods`) is everything
+  the rest of the package (help, cards, experiments) says about the method.
 
 **One generation batch** is `_generate_and_score_completions`, the package's only override of it: it composes, in
 order, the vLLM step, the rollout capture, the dynamic-sampling refill, TRL's own batch, the rollout statistics and the
@@ -37,6 +40,7 @@ from trl import GRPOTrainer
 
 from ..core import advantages as core_adv
 from ..errors import HookDidNotRunError
+from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .capture import CaptureMixin, _Capture
 from .config import ExplorationGRPOConfig, check_choice, check_non_negative, has_accelerator
@@ -60,13 +64,23 @@ __all__ = [
 _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
+@register_method(MethodInfo(
+    name="grpo", side="none", display="GRPO",
+    summary="TRL's GRPO unchanged, plus exploration metrics",
+    description="Group Relative Policy Optimization: advantages are rewards normalised within the group of "
+                "completions sampled for the same prompt.",
+    paper=arxiv_paper(
+        "shao2024deepseekmath",
+        "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "Shao et al., 2024",
+        ["Zhihong Shao", "Peiyi Wang", "Qihao Zhu", "Runxin Xu", "Junxiao Song", "Xiao Bi", "Haowei Zhang",
+         "Mingchuan Zhang", "Y. K. Li", "Y. Wu", "Daya Guo"], 2024, "2402.03300", "cs.CL"),
+))
 class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin,
                              ExplorationMetricsMixin, HeldoutEvalMixin, DivergenceMixin, GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
     config_class = ExplorationGRPOConfig
-    method_name = "grpo"
 
     def __init__(self, *args, **kwargs):
         warnings.filterwarnings("ignore", message=_TRL_ROLLOUT_DEPRECATIONS, category=FutureWarning,
@@ -226,7 +240,7 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
     def _expected_hooks(self, side: str) -> list[str]:
         """Names of the hooks this trainer must run on every step of `side` ("advantage" or "loss").
 
-        Each method class declares `hook = (side, name)`; a composed trainer (e.g. ProGRPO+CaSP) inherits several.
+        Each method class has `hook = (side, name)` (`register_method` sets it); a composed trainer (e.g. ProGRPO+CaSP) inherits several.
         The exploration metrics count as a loss-side hook when they are switched on.
         """
         names = [cls.__dict__["hook"][1] for cls in type(self).__mro__
