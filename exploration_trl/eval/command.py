@@ -125,7 +125,7 @@ def _summary_lines(results: dict) -> list[str]:
 
 def run_eval_command(args: argparse.Namespace) -> int:
     from exploration_trl.eval.harness import default_output_dir, run_eval
-    from exploration_trl.hub.model_source import check_model_source
+    from exploration_trl.eval.model_source import check_model_source
     from exploration_trl.io_safety import check_output_dir
 
     try:  # before any model loads: a folder that does not exist is not looked up on the Hub

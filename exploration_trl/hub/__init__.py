@@ -14,8 +14,8 @@
 * :mod:`~exploration_trl.hub.push` - `push_output_dir`: card + `create_repo` + `upload_folder`, with one-line
   errors and no partial writes; `check_push_ready` (token and network, before training) and `plan_push` (the
   card and file list of a dry run).
-* :mod:`~exploration_trl.hub.model_source` - `check_model_source`: a model path or Hub id that can be loaded, checked
-  before any model loads.
+* `check_model_source` (:mod:`~exploration_trl.eval.model_source`, which `eval` shares): a model path or Hub id that
+  can be loaded, checked before any model loads.
 * :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind a trained model (each method's paper is in its
   record, `exploration_trl.methods`).
 * :mod:`~exploration_trl.hub.command` - the `exploration-trl push` subcommand.
@@ -38,7 +38,7 @@ _LAZY = {
     "extract_hyperparameters": "exploration_trl.hub.tables",
     "write_trainer_card": "exploration_trl.hub.trainer_card",
     "outcome_notes": "exploration_trl.hub.outcome",
-    "check_model_source": "exploration_trl.hub.model_source",
+    "check_model_source": "exploration_trl.eval.model_source",
     "check_push_ready": "exploration_trl.hub.push",
     "plan_push": "exploration_trl.hub.push",
     "push_output_dir": "exploration_trl.hub.push",

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from exploration_trl.eval.model_source import looks_local
 from exploration_trl.eval.results import write_atomic
 
 from .. import PROJECT_URL
@@ -43,7 +44,6 @@ from ..methods import METHODS, method_infos, parse_method, shapings, trainer_nam
 from .citations import bibtex_for
 from .curves import CURVES_FILE, card_curves, plot_training_curves
 from .eval_results import card_results, collect_results, normalize_results
-from .model_source import looks_local
 from .outcome import outcome_notes
 from .state import CARD_FILE, STATE_VERSION, dump_state, kept_notes, load_card_state, state_result
 from .tables import extract_hyperparameters, package_versions, result_table, still_on
