@@ -17,9 +17,9 @@ import pytest
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
+import exploration_trl.trainers  # noqa: F401  (registers the built-in methods the cards below name)
 from exploration_trl.cli import main
 from exploration_trl.hub import load_card_state, push_output_dir, write_model_card
-import exploration_trl.trainers  # noqa: F401  (registers the built-in methods the cards below name)
 from exploration_trl.hub.citations import PAPERS, bibtex_for
 from exploration_trl.methods import method_info
 from exploration_trl.toy import build_toy, save_toy

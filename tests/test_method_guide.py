@@ -47,8 +47,8 @@ def example():
 def test_the_guide_lists_exactly_three_files():
     assert tuple(guide_files()) == FILES
     text = GUIDE.read_text(encoding="utf-8")
-    for pattern in ("exploration_trl/core/<method>.py", "exploration_trl/trainers/<method>.py", "tests/test_<method>.py"):
-        assert f"| `{pattern}` |" in text, pattern
+    for pattern in ("core/<method>.py", "trainers/<method>.py", "tests/test_<method>.py"):
+        assert re.search(rf"\| `(exploration_trl/)?{re.escape(pattern)}` \|", text), pattern
 
 
 def test_the_method_registers_from_its_module(example, capsys):
@@ -59,7 +59,8 @@ def test_the_method_registers_from_its_module(example, capsys):
     assert get_trainer_class("weighted_positive") is trainer and trainer.hook == ("advantage", "weighted_positive")
     assert get_trainer_class("weighted_positive+kl_cov").__name__ == "WeightedPositiveKLCovTrainer"
     assert main(["train", "--help"]) == 0
-    assert "W-REINFORCE: positive advantages down-weighted, negative ones kept (advantage side)" in capsys.readouterr().out
+    help_text = capsys.readouterr().out
+    assert "W-REINFORCE: positive advantages down-weighted, negative ones kept (advantage side)" in help_text
 
 
 def test_the_methods_own_test_passes(example, tmp_path):

@@ -17,7 +17,7 @@ from .yaml_config import allows_none, coerce_value, config_path, example_value, 
 class ScriptArguments:
     """Keys of the training YAML that are not `GRPOConfig` / `ModelConfig` fields."""
 
-    method: str = field(default="grpo", metadata={"help": "A name of `methods` above, or advantage+loss as that heading shows."})
+    method: str = field(default="grpo", metadata={"help": "A name of `methods` above, or advantage+loss as shown there."})
     dataset_name: str = field(
         default="countdown", metadata={"help": "Built-in name (countdown, or a benchmark), Hub dataset, or local jsonl/parquet."}
     )

@@ -19,7 +19,6 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
 __all__ = [
     "BENCHMARK_DATASETS",
     "adapter_settings",

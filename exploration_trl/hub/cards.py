@@ -30,6 +30,7 @@ from exploration_trl.eval.model_source import looks_local
 from exploration_trl.eval.results import write_atomic
 
 from .. import PROJECT_URL
+from ..methods import METHODS, method_infos, parse_method, shapings, trainer_name
 from .card_data import (
     adapter_settings,
     adapter_type,
@@ -40,7 +41,6 @@ from .card_data import (
     resolve_base_model,
     resolve_dataset,
 )
-from ..methods import METHODS, method_infos, parse_method, shapings, trainer_name
 from .citations import bibtex_for
 from .curves import CURVES_FILE, card_curves, plot_training_curves
 from .eval_results import card_results, collect_results, normalize_results

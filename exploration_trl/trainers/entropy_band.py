@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 
 from ..methods import METHODS, method_info
 
+
 class _Knobs(Mapping):
     """knob -> +1 when raising it raises the policy's entropy: `entropy_coef` (TRL's entropy-bonus coefficient) and
     every registered method's coefficient whose direction is known (`MethodInfo.coefficients`); always current."""
