@@ -407,10 +407,14 @@ def test_train_help(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "usage: exploration-trl train --config FILE.yaml [--KEY VALUE ...]"
-    from exploration_trl.cli.train_help_text import METHOD_SUMMARIES
+    from exploration_trl.cli.train_help_text import method_summaries
     from exploration_trl.trainers import METHODS
 
-    assert list(METHOD_SUMMARIES) == list(METHODS)  # every method is listed with its one-line summary
+    assert list(method_summaries()) == list(METHODS)  # every method is listed with its one-line summary (its record's)
+    for name, summary in method_summaries().items():
+        assert f"\n  {name:<38}{summary}\n" in out, name
+    assert "  progrpo                               ProGRPO / ARM: confidence-reweighted advantages in mixed groups " \
+           "(advantage side)" in out
     assert len(lines) < 240  # one screenful per method group; 9 methods and their keys fit in ~225
     assert "  --config FILE" in out and "  --help-all" in out
     for method in ("grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov"):

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from exploration_trl.experiments import countdown_tiny as cd
+from exploration_trl.experiments import countdown_tiny_command as cd_command
 from exploration_trl.rewards.countdown import countdown, evaluate_equation
 
 
@@ -74,7 +75,7 @@ def test_cache_key_tracks_the_settings_that_change_the_checkpoint():
 
 def _parse(*argv):
     parser = argparse.ArgumentParser()
-    cd.register(parser.add_subparsers())
+    cd_command.register(parser.add_subparsers())
     return parser.parse_args(["countdown-tiny", *argv])
 
 
@@ -89,18 +90,18 @@ def test_output_dir_flag_keeps_the_old_spelling_as_a_hidden_alias(capsys):
 
 def test_bad_cli_input(tmp_path):
     with pytest.raises(ValueError, match="--methods"):
-        cd.main_from_args(_parse("--methods", "grpo,foo", "--output", str(tmp_path)))
+        cd_command.main_from_args(_parse("--methods", "grpo,foo", "--output", str(tmp_path)))
     with pytest.raises(ValueError, match="--rl-steps"):
-        cd.main_from_args(_parse("--quick", "--rl-steps", "0", "--output", str(tmp_path)))
+        cd_command.main_from_args(_parse("--quick", "--rl-steps", "0", "--output", str(tmp_path)))
     with pytest.raises(ValueError, match="--num-test"):
-        cd.main_from_args(_parse("--quick", "--num-test", "100000", "--output", str(tmp_path)))
+        cd_command.main_from_args(_parse("--quick", "--num-test", "100000", "--output", str(tmp_path)))
 
 
 def test_quick_end_to_end(tmp_path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
     args = _parse("--quick", "--methods", "grpo,casp", "--workers", "1", "--output-dir", str(out),
                   "--cache-dir", str(cache))
-    assert cd.main_from_args(args) == 0
+    assert cd_command.main_from_args(args) == 0
     printed = capsys.readouterr().out
     assert "pass@1 %" in printed and "| casp" in printed
 
@@ -146,7 +147,7 @@ def test_quick_sweep_writes_the_frontier(tmp_path, capsys):
 
     out = tmp_path / "sweep"
     args = _parse("--quick", "--sweep", "--workers", "1", "--output", str(out), "--cache-dir", str(tmp_path / "cache"))
-    assert cd.main_from_args(args) == 0
+    assert cd_command.main_from_args(args) == 0
     assert "Best setting per method" in capsys.readouterr().out
 
     data = json.loads((out / "frontier.json").read_text())
@@ -174,7 +175,7 @@ def test_sft_only_export_is_a_loadable_checkpoint(tmp_path, monkeypatch):
     export = tmp_path / "ckpt"
     args = _parse("--quick", "--sft-only", "--export", str(export), "--output", str(tmp_path / "out"),
                   "--cache-dir", str(tmp_path / "cache"))
-    assert cd.main_from_args(args) == 0
+    assert cd_command.main_from_args(args) == 0
     info = json.loads((export / cd.EXPORT_INFO).read_text())
     assert info["command"].startswith("exploration-trl countdown-tiny --sft-only --export") and "--quick" in info["command"]
     assert info["seed"] == 0 and info["settings"]["model"]["hidden_size"] == cd.quick_settings().model.hidden_size
@@ -193,8 +194,8 @@ def test_sft_only_export_is_a_loadable_checkpoint(tmp_path, monkeypatch):
 
     # Nothing is overwritten, and --export needs --sft-only (and the reverse).
     with pytest.raises(ValueError, match="--export: .* is not an empty folder"):
-        cd.main_from_args(args)
+        cd_command.main_from_args(args)
     with pytest.raises(ValueError, match="--export applies to --sft-only"):
-        cd.main_from_args(_parse("--quick", "--export", str(tmp_path / "x")))
+        cd_command.main_from_args(_parse("--quick", "--export", str(tmp_path / "x")))
     with pytest.raises(ValueError, match="--sft-only needs --export"):
-        cd.main_from_args(_parse("--quick", "--sft-only"))
+        cd_command.main_from_args(_parse("--quick", "--sft-only"))

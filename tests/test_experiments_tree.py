@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from exploration_trl.experiments import tree
+from exploration_trl.experiments import tree, tree_command
 
 
 def _task(actions="ABC", horizon=2, rewarding="AB,CA"):
@@ -132,7 +132,7 @@ def test_bad_task_flags(flags, match):
 
 def _parse(*argv):
     parser = argparse.ArgumentParser()
-    tree.register(parser.add_subparsers())
+    tree_command.register(parser.add_subparsers())
     return parser.parse_args(["tree", *argv])
 
 
@@ -147,13 +147,13 @@ def test_output_dir_flag_keeps_the_old_spelling_as_a_hidden_alias(capsys):
 
 def test_bad_cli_input_is_a_one_line_value_error(tmp_path):
     with pytest.raises(ValueError, match="--methods: unknown method 'nope'"):
-        tree.main_from_args(_parse("--methods", "grpo,nope", "--output", str(tmp_path)))
+        tree_command.main_from_args(_parse("--methods", "grpo,nope", "--output", str(tmp_path)))
     bad = tmp_path / "bad.yaml"
     bad.write_text("casp:\n  casp_alhpa: 0.5\n")
     with pytest.raises(ValueError, match="unknown field 'casp_alhpa'.*casp_alpha"):
-        tree.main_from_args(_parse("--methods", "casp", "--config", str(bad), "--output", str(tmp_path)))
+        tree_command.main_from_args(_parse("--methods", "casp", "--config", str(bad), "--output", str(tmp_path)))
     with pytest.raises(ValueError, match="--seeds"):
-        tree.main_from_args(_parse("--seeds", "a", "--output", str(tmp_path)))
+        tree_command.main_from_args(_parse("--seeds", "a", "--output", str(tmp_path)))
 
 
 def test_tree_short_run(tmp_path, capsys):
@@ -161,7 +161,7 @@ def test_tree_short_run(tmp_path, capsys):
     cfg.write_text("casp:\n  casp_alpha: 0.5\n")
     args = _parse("--methods", "grpo,casp", "--seeds", "0", "--steps", "6", "--num-generations", "8",
                   "--config", str(cfg), "--trace-every", "3", "--output-dir", str(tmp_path / "out"))
-    assert tree.main_from_args(args) == 0
+    assert tree_command.main_from_args(args) == 0
     out = capsys.readouterr().out
     assert "| grpo" in out and "| casp" in out and "accuracy" in out
 
@@ -304,7 +304,7 @@ def test_quick_sweep_writes_the_frontier(tmp_path, capsys):
     from exploration_trl.experiments import frontier, tree_sweep
 
     out = tmp_path / "sweep"
-    assert tree.main_from_args(_parse("--policy", "tabular", "--sweep", "--quick", "--workers", "1",
+    assert tree_command.main_from_args(_parse("--policy", "tabular", "--sweep", "--quick", "--workers", "1",
                                       "--output", str(out))) == 0
     printed = capsys.readouterr().out
     assert "Best setting per method" in printed and "| casp" in printed
@@ -365,7 +365,7 @@ def test_frontier_selection_rules():
 
 def test_sweep_flags_need_sweep(tmp_path):
     with pytest.raises(ValueError, match="--quick applies to a sweep"):
-        tree.main_from_args(_parse("--quick", "--output", str(tmp_path)))
+        tree_command.main_from_args(_parse("--quick", "--output", str(tmp_path)))
     with pytest.raises(ValueError, match="--policy: unknown policy"):
         tree.TrainSettings(policy="nope")
 

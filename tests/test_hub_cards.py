@@ -17,9 +17,11 @@ import pytest
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
+import exploration_trl.trainers  # noqa: F401  (registers the built-in methods the cards below name)
 from exploration_trl.cli import main
 from exploration_trl.hub import load_card_state, push_output_dir, write_model_card
-from exploration_trl.hub.citations import METHOD_PAPERS, PAPERS, bibtex_for
+from exploration_trl.hub.citations import PAPERS, bibtex_for
+from exploration_trl.methods import method_info
 from exploration_trl.toy import build_toy, save_toy
 
 BASE = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -286,7 +288,9 @@ def test_every_method_cites_a_paper_with_balanced_bibtex():
         bib = bibtex_for(method, still=True)
         assert bib.count("{") == bib.count("}")
         assert "@misc{shao2024deepseekmath," in bib and "@misc{vonwerra2020trl," in bib
-    assert {v[2] for v in METHOD_PAPERS.values()} <= set(PAPERS)
+    from exploration_trl.trainers import METHODS
+
+    assert {method_info(m).paper.key for m in METHODS} | {method_info("still").paper.key} <= set(PAPERS)
     assert "@misc{gai2025differential," in bibtex_for("dsgrpo")
     assert "@misc{cui2025entropy," in bibtex_for("clip_cov")
 
@@ -432,7 +436,8 @@ def test_push_is_a_cli_subcommand(capsys):
 
 def test_every_method_shows_its_own_settings_on_the_card():
     """Each registry method's config fields appear in the card's method table (a method added without a prefix in
-    `hub.tables.METHOD_PREFIXES` used to get an empty table: PKPO's card did not say its k)."""
+    the former `hub.tables.METHOD_PREFIXES` used to get an empty table: PKPO's card did not say its k; the prefixes
+    are now in each method's record)."""
     from exploration_trl.hub.tables import extract_hyperparameters
     from exploration_trl.trainers import METHODS, get_config_class
 

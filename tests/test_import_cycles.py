@@ -1,9 +1,15 @@
-"""No import cycles anywhere in `exploration_trl`, and no module longer than one can keep in mind.
+"""No import cycles anywhere in `exploration_trl`, imports that only go down its layers, and no module longer than one
+can keep in mind.
 
 The graph is read from the source with `ast`, so it counts every import statement, also the ones inside
-functions (a lazy import still makes two modules depend on each other). Importing a submodule runs its
-package's `__init__` first; that implicit step is not an edge, but an explicit import of the package from one
-of its own modules is.
+functions (a lazy import still makes two modules depend on each other), relative ones resolved. Importing a
+submodule runs its package's `__init__` first; that implicit step is not an edge between modules, but it is why the
+graph is also checked with each subpackage as one node (`exploration_trl.<sub>`, and each module or subpackage of
+`experiments/`): a cycle there is a real one at run time.
+
+Names resolved from strings are not import statements: the lazy names of `exploration_trl` itself (its public API,
+which points at every layer by design), and the module names the CLI and `exploration_trl.hub` load lazily, which
+`test_string_imports_go_down` checks like imports.
 """
 
 from __future__ import annotations
@@ -11,11 +17,26 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "exploration_trl"
 #: Longest module allowed (issue 23: one screen per job; new modules aim at ~400 lines).
 MAX_MODULE_LINES = 600
+#: The floors of the package, lowest first: a module imports only from floors below its own (or from its own
+#: subpackage). The first floor's modules import nothing from the package; `methods` is the method registry every
+#: floor reads, filled by the trainers' `@register_method`; the trainers write their model cards (`hub`) and
+#: evaluate held-out pass@k (`eval`), so both sit below them.
+LAYERS = (
+    ("exploration_trl",),
+    ("exploration_trl.errors", "exploration_trl.io_safety", "exploration_trl.methods", "exploration_trl.vllm_engine",
+     "exploration_trl.toy", "exploration_trl.data", "exploration_trl.core"),
+    ("exploration_trl.rewards",),
+    ("exploration_trl.metrics",),
+    ("exploration_trl.ops",),
+    ("exploration_trl.eval",),
+    ("exploration_trl.hub",),
+    ("exploration_trl.trainers",),
+    ("exploration_trl.experiments",),
+    ("exploration_trl.cli",),
+)
 
 
 def _modules(package: str, root: Path) -> dict[str, Path]:
@@ -41,9 +62,10 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def import_graph(package: str = "", root: Path = PACKAGE_ROOT) -> dict[str, set[str]]:
+def import_graph(package: str = "", root: Path = PACKAGE_ROOT, strings: bool = False) -> dict[str, set[str]]:
     """Edges between the modules of `exploration_trl.<package>` (default: all of it) under `root`:
-    `{importer: {imported, ...}}`."""
+    `{importer: {imported, ...}}`. With `strings`, a string constant that is a module's dotted name (a lazy import by
+    name) is an edge too."""
     modules = _modules(package, root)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
@@ -55,8 +77,30 @@ def import_graph(package: str = "", root: Path = PACKAGE_ROOT) -> dict[str, set[
             elif isinstance(node, ast.ImportFrom):
                 base = _resolve(name, is_package, node)
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
+                targets = [node.value]
             graph[name].update(t for t in targets if t in modules and t != name)
     return graph
+
+
+def collapse(graph: dict[str, set[str]], prefix: str) -> dict[str, set[str]]:
+    """The graph between the children of package `prefix` (each module or subpackage directly in it is one node, with
+    every edge of the modules inside it); modules outside `prefix` are left out."""
+    depth = prefix.count(".") + 2
+
+    def node(module: str) -> str | None:
+        return ".".join(module.split(".")[:depth]) if module.startswith(prefix + ".") else None
+
+    out: dict[str, set[str]] = {}
+    for src, targets in graph.items():
+        if (a := node(src)) is None:
+            continue
+        out.setdefault(a, set())
+        for t in targets:
+            if (b := node(t)) is not None and b != a:
+                out[a].add(b)
+                out.setdefault(b, set())
+    return out
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -88,6 +132,68 @@ def test_no_import_cycles_in_the_whole_package():
     assert "exploration_trl.trainers.base" in graph and "exploration_trl.experiments.demo" in graph
     cycle = find_cycle(graph)
     assert cycle is None, f"import cycle in exploration_trl: {' -> '.join(cycle)}"
+
+
+def test_no_import_cycles_between_subpackages():
+    """`exploration_trl.<sub>` as one node each: the loops hub -> eval -> hub (the model-source check) and
+    trainers -> hub -> trainers (the method tables) would show here."""
+    graph = collapse(import_graph(), "exploration_trl")
+    assert {"exploration_trl.hub", "exploration_trl.eval", "exploration_trl.trainers"} <= set(graph)
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle between subpackages: {' -> '.join(cycle)}"
+
+
+def test_no_import_cycles_between_the_experiments():
+    """Each module or subpackage of `experiments/` as one node: `countdown_tiny` <-> `curves` / `countdown_sweep` and
+    `tree` <-> `tree_sweep` were loops (their commands, which dispatch the sweeps, lived in the packages)."""
+    graph = collapse(import_graph(), "exploration_trl.experiments")
+    assert "exploration_trl.experiments.countdown_tiny" in graph and "exploration_trl.experiments.tree" in graph
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle in experiments/: {' -> '.join(cycle)}"
+
+
+def _floor(module: str) -> int:
+    for i, floor in enumerate(LAYERS):
+        if module in floor:
+            return i
+    raise AssertionError(f"{module} is on no floor of LAYERS: add it where its imports put it")
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if _floor(b) >= _floor(a))
+
+
+def test_imports_only_go_down():
+    graph = collapse(import_graph(), "exploration_trl")
+    graph["exploration_trl"] = {t for t in import_graph()["exploration_trl"] if t.count(".") == 1}
+    assert _upward(graph) == []
+
+
+def test_string_imports_go_down():
+    """Module names loaded lazily from strings (the CLI's subcommands, `exploration_trl.hub`'s lazy names) point down
+    like imports; only the root package's public names may point anywhere."""
+    graph = collapse(import_graph(strings=True), "exploration_trl")
+    assert "exploration_trl.experiments" in graph["exploration_trl.cli"]  # the subcommand table is seen
+    assert _upward(graph) == []
+
+
+def test_the_floor_checks_see_a_violation(tmp_path):
+    """The checkers themselves: a lazy import from a lower floor to a higher one is reported, and so is a loop that
+    exists only between subpackages."""
+    root = tmp_path / "exploration_trl"
+    for sub in ("hub", "eval"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "hub" / "cards.py").write_text("from ..eval.results import x\n")
+    (root / "eval" / "results.py").write_text("x = 1\n")
+    (root / "eval" / "command.py").write_text("def f():\n    from exploration_trl.hub import cards\n")
+    graph = import_graph(root=root)
+    assert find_cycle(graph) is None  # no loop between modules ...
+    packages = collapse(graph, "exploration_trl")
+    # ... but there is one between the subpackages
+    assert find_cycle(packages) == ["exploration_trl.eval", "exploration_trl.hub", "exploration_trl.eval"]
+    assert _upward(packages) == ["exploration_trl.eval -> exploration_trl.hub"]
 
 
 def test_no_module_is_longer_than_the_limit():

@@ -1,8 +1,8 @@
 """`exploration-trl` command line (its subcommands: `exploration-trl --help`).
 
 `train` reads a TRL-style YAML (`--config file.yaml`, then `--key value` overrides) into TRL's dataclasses with
-TRL's `TrlParser`. The `method` key picks the trainer/config pair (`grpo`, `progrpo`, `dsgrpo`, `casp`, `kl_cov`,
-`clip_cov`, or `advantage+loss` such as `progrpo+casp`). It also runs under accelerate:
+TRL's `TrlParser`. The `method` key picks the trainer/config pair (a registered method, or `advantage+loss`; `train
+--help` lists them). It also runs under accelerate:
 `accelerate launch -m exploration_trl.cli train --config ...`.
 
 A user's mistake is one line, `error: <what is wrong> <how to fix it>`, exit status 2, found before any model loads
@@ -24,12 +24,11 @@ from .entry_point import SUBCOMMAND_MODULES, build_parser, main
 from .train import TOY_MODEL, check_model_and_engine, train_main
 from .train_args import ScriptArguments, parse_train_args
 from .train_data import check_prompt_lengths, check_rewards, load_train_dataset, resolve_reward_funcs
-from .train_help_text import COMMON_KEYS, METHOD_SUMMARIES, train_help
+from .train_help_text import COMMON_KEYS, method_summaries, train_help
 
 __all__ = [
     "COMMON_KEYS",
     "CLIError",
-    "METHOD_SUMMARIES",
     "SUBCOMMAND_MODULES",
     "ScriptArguments",
     "TOY_MODEL",
@@ -39,6 +38,7 @@ __all__ = [
     "check_rewards",
     "load_train_dataset",
     "main",
+    "method_summaries",
     "parse_train_args",
     "resolve_reward_funcs",
     "train_help",

@@ -18,8 +18,8 @@ from .train_help_text import print_help_all, train_help
 
 SUBCOMMAND_MODULES = (
     "exploration_trl.eval.command",
-    "exploration_trl.experiments.tree",
-    "exploration_trl.experiments.countdown_tiny",
+    "exploration_trl.experiments.tree_command",
+    "exploration_trl.experiments.countdown_tiny_command",
     "exploration_trl.experiments.demo",
     "exploration_trl.experiments.confirmatory",
     "exploration_trl.hub.command",
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if isinstance(getattr(args, "output", None), str):  # demo, tree, countdown-tiny, curves: before any model
             check_output_dir(args.output, key="--output-dir")
+        if getattr(args, "method", None):  # e.g. `push --method`: the methods' records register with the trainers
+            from .. import trainers  # noqa: F401
         return int(args.func(args) or 0)
     except (CLIError, ValueError, FileNotFoundError) as e:
         # Raised mid-training, start a fresh line: a progress bar may hold the current one.

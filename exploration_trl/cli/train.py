@@ -20,7 +20,7 @@ def check_model_and_engine(model: str, training_args) -> None:
     """Before the model loads: a model that exists, vLLM when asked for, and a push that can work at the end."""
     from trl.import_utils import is_vllm_available
 
-    from ..hub.model_source import check_model_source
+    from ..eval.model_source import check_model_source
 
     check_model_source(model)
     if training_args.use_vllm and not is_vllm_available():

@@ -17,7 +17,7 @@ from .yaml_config import allows_none, coerce_value, config_path, example_value, 
 class ScriptArguments:
     """Keys of the training YAML that are not `GRPOConfig` / `ModelConfig` fields."""
 
-    method: str = field(default="grpo", metadata={"help": "A name of `methods` above, or adv+loss (e.g. progrpo+casp)."})
+    method: str = field(default="grpo", metadata={"help": "A name of `methods` above, or advantage+loss as shown there."})
     dataset_name: str = field(
         default="countdown", metadata={"help": "Built-in name (countdown, or a benchmark), Hub dataset, or local jsonl/parquet."}
     )
@@ -72,11 +72,12 @@ def _dataclass_keys(*classes) -> list[str]:
 def _unknown_key_error(keys, known, where):
     key = keys[0]
     from ..trainers import METHODS
+    from ..trainers.registry import example_composition
 
     owner = next((m for m, (_, cfg) in METHODS.items() if key in cfg.__dataclass_fields__), None)
     if owner:
         return CLIError(f"key '{key}' in {where} is a {owner} setting; set `method: {owner}` (or compose, e.g. "
-                        f"progrpo+{owner}) to use it")
+                        f"{example_composition(owner)}) to use it")
     hint = difflib.get_close_matches(key, known, n=1)
     suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
     return CLIError(f"unknown key '{key}' in {where}{suggestion}; `exploration-trl train --help` lists the method keys "

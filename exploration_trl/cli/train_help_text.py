@@ -10,17 +10,6 @@ from .common import CLIError
 from .train_args import ScriptArguments
 from .yaml_config import method_from
 
-METHOD_SUMMARIES = {
-    "grpo": "TRL's GRPO unchanged, plus exploration metrics",
-    "progrpo": "ProGRPO / ARM: confidence-reweighted advantages in mixed groups (advantage side)",
-    "dsgrpo": "DS-GRPO: entropy bonus on correct completions, penalty on wrong ones (advantage side)",
-    "casp": "CaSP: positive gradient spread over the top-N candidates at forking tokens (loss side)",
-    "kl_cov": "KL-Cov: |logp - old_logp| penalty on the highest-covariance tokens (loss side)",
-    "clip_cov": "Clip-Cov: a random share of high-covariance tokens loses its gradient (loss side)",
-    "passk": "Pass@k Training: analytic pass@k advantages for correct and wrong samples (advantage side)",
-    "pkpo": "PKPO: unbiased pass@k reward transform for k < n, k optionally annealed (advantage side)",
-    "unlikely": "Unlikeliness reward: rare correct samples up-weighted by their rank (advantage side)",
-}
 #: The first lines of `train --help`, also printed above the error of a `train` given neither a YAML nor a model.
 USAGE = ("usage: exploration-trl train --config FILE.yaml [--KEY VALUE ...]\n"
          "       exploration-trl train --model_name_or_path MODEL [--KEY VALUE ...]\n"
@@ -31,6 +20,15 @@ COMMON_KEYS = ("model_name_or_path", "output_dir", "learning_rate", "max_steps",
                "max_completion_length", "temperature", "beta", "loss_type", "reward_weights", "logging_steps",
                "save_strategy", "report_to", "seed", "bf16", "use_cpu", "use_vllm", "use_peft", "lora_r",
                "lora_alpha", "lora_target_modules", "push_to_hub", "hub_model_id")
+
+
+def method_summaries() -> dict[str, str]:
+    """`{method: one line}` for every registered method: its record's summary and the side it acts on."""
+    from ..methods import method_info
+    from ..trainers import METHODS  # importing the trainers registers the built-in methods
+
+    infos = [method_info(name) for name in METHODS]
+    return {i.name: i.summary + ("" if i.side == "none" else f" ({i.side} side)") for i in infos}
 
 
 def _default(f) -> object:
@@ -60,7 +58,9 @@ def train_help() -> str:
     (and the TRL defaults its preset changes), the keys every method shares, and a pointer to `--help-all`."""
     from trl import GRPOConfig, ModelConfig
 
+    from ..methods import method_info
     from ..trainers import METHODS, ExplorationGRPOConfig
+    from ..trainers.registry import LOSS_SIDE, example_composition
 
     base_fields = ExplorationGRPOConfig.__dataclass_fields__
     out = [
@@ -70,19 +70,20 @@ def train_help() -> str:
         "of the YAML given to --config; --KEY VALUE on the command line overrides it.",
         "",
         "options:",
-        "  --config FILE                         the training YAML, e.g. configs/methods/casp_qwen2.5-0.5b.yaml",
+        "  --config FILE                         the training YAML; recipes: configs/methods/<method>_<model>.yaml",
         "  --KEY VALUE                           override one key, e.g. --max_steps 10 --learning_rate 1e-6",
         "  -h, --help                            this help",
         "  --help-all                            every key: TRL's GRPOConfig, transformers' TrainingArguments and",
         "                                        TRL's ModelConfig (~1,400 lines)",
         "",
-        "methods (`method: NAME`; one advantage-side and one loss-side method compose, e.g. progrpo+casp):",
+        "methods (`method: NAME`; one advantage-side and one loss-side method compose, e.g. "
+        f"{example_composition(next(iter(LOSS_SIDE), ''))}):",
     ]
-    out += [f"  {name:<38}{text}" for name, text in METHOD_SUMMARIES.items()]
+    out += [f"  {name:<38}{text}" for name, text in method_summaries().items()]
     out += ["", "data and rewards:"]
     out += _key_lines((f.name, _default(f), f.metadata.get("help")) for f in fields(ScriptArguments))
     for name, (_, cfg) in METHODS.items():
-        if name == "grpo":
+        if method_info(name).side == "none":
             continue
         own = [f for f in fields(cfg) if f.name not in base_fields]
         preset = [f for f in fields(cfg) if f.name in base_fields and f.name in GRPOConfig.__dataclass_fields__

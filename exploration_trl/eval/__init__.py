@@ -12,6 +12,8 @@
 * :mod:`~exploration_trl.eval.plots` / :mod:`~exploration_trl.eval.compare` - overlaid pass@k curves and a
   side-by-side table of several result files.
 * :mod:`~exploration_trl.eval.command` - the ``exploration-trl eval`` / ``compare`` subcommands.
+* :mod:`~exploration_trl.eval.model_source` - ``check_model_source()``: a model path or Hub id that can be loaded,
+  checked before any model loads (``eval``, ``train`` and the model cards use it).
 
 Heavy imports (torch, transformers, matplotlib) happen lazily, so ``import exploration_trl.eval`` is cheap.
 """

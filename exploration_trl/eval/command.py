@@ -105,10 +105,10 @@ def _summary_lines(results: dict, model: str | None = None) -> list[str]:
     from exploration_trl.eval.compare import _fmt
 
     s = results["summary"]
-    passk = "  ".join(f"pass@{k}={_fmt(v, pct=True)}" for k, v in s["pass_at_k"].items())
+    pass_at_k = "  ".join(f"pass@{k}={_fmt(v, pct=True)}" for k, v in s["pass_at_k"].items())
     lines = [
         f"{results['benchmark']['name']}: {s['num_problems']} problems x n={s['n']} ({model or results['model']})",
-        passk,
+        pass_at_k,
         f"avg@n={_fmt(s['avg_at_n'], pct=True)}  maj@n={_fmt(s['maj_at_n'], pct=True)}  "
         f"token entropy={_fmt(s['token_entropy'])}  mean tokens={_fmt(s['mean_completion_tokens'], digits=1)}  "
         f"truncated={_fmt(s['truncated_fraction'], pct=True)}%",
@@ -126,7 +126,7 @@ def _summary_lines(results: dict, model: str | None = None) -> list[str]:
 
 def run_eval_command(args: argparse.Namespace) -> int:
     from exploration_trl.eval.harness import default_output_dir, run_eval
-    from exploration_trl.hub.model_source import check_model_source
+    from exploration_trl.eval.model_source import check_model_source
     from exploration_trl.io_safety import check_output_dir
 
     try:  # before any model loads: a folder that does not exist is not looked up on the Hub

@@ -62,7 +62,6 @@ PASS1_TOLERANCE = 0.01
 PASSK_MARGIN = 0.01
 METRICS = ("pass_at_1", "pass_at_k", "distinct_correct", "entropy")
 DIVERSITY = ("pass_at_k", "distinct_correct")
-PREFIXES = ("casp_", "progrpo_", "ds_", "kl_cov_", "clip_cov_")
 
 
 def columns(k: int) -> list[tuple[str, str, int, float]]:
@@ -98,7 +97,7 @@ def run_sweep(points: list[frontier.Point], settings: Settings, rl_seeds: list[i
 
         def report(r):
             done[0] += 1
-            log(f"[countdown sweep] {done[0]}/{len(jobs)} {r['method']} {frontier.setting_label(r['setting'], PREFIXES)} "
+            log(f"[countdown sweep] {done[0]}/{len(jobs)} {r['method']} {frontier.setting_label(r['setting'])} "
                 f"seed {r['seed']}: pass@1 {100 * r['pass_at_1']:.1f}%, pass@{r['k']} {100 * r['pass_at_k']:.1f}% "
                 f"(RL {r['rl']['seconds']:.0f}s)")
 
@@ -121,8 +120,8 @@ def run_sweep(points: list[frontier.Point], settings: Settings, rl_seeds: list[i
         "grid": [{"method": m, "setting": s} for m, s in points],
         "rows": rows,
         "findings": found,
-        "table": frontier.format_table(rows, cols, PREFIXES),
-        "findings_table": frontier.format_findings(found, cols, PREFIXES),
+        "table": frontier.format_table(rows, cols),
+        "findings_table": frontier.format_findings(found, cols),
         "runs": runs,
         "seconds": {"total": total.seconds, "sft_this_run": ws.seconds, "rl_and_eval": t_rl.seconds},
         "cpu_seconds_runs": sum(r["cpu_seconds"] for r in runs),

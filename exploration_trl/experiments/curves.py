@@ -75,8 +75,8 @@ def warm_start_dir() -> Path:
 
 def run_settings(quick: bool, seed: int, warm_start: Path | None = None) -> countdown_task.Settings:
     """The demo's settings (as `experiments.demo.demo_settings`: the warm start's split and model, the demo's RL batch,
-    learning rate and evaluation) with RL seed `seed`. Rebuilt here rather than imported: `demo` imports the
-    `countdown_tiny` package, whose command imports this module (`--curves`)."""
+    learning rate and evaluation) with RL seed `seed`. Rebuilt here rather than imported: `demo` imports
+    this module."""
     info = read_export_info(Path(warm_start or warm_start_dir()))
     s = countdown_task.Settings(seed=int(info["seed"]), data=countdown_task.DataSettings(**info["settings"]["data"]),
                                 model=countdown_task.ModelSettings(**info["settings"]["model"]))

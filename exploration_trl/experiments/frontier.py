@@ -32,18 +32,47 @@ BASELINE = "grpo"
 ENTROPY_BONUS = "grpo_entropy"
 INITIAL = "initial_policy"
 
-#: Each method's published setting, as its config class's defaults (the entropy bonus has no paper value; 0.01 is
-#: the usual LLM coefficient): CaSP App. E; ProGRPO Sec. 4; DS-GRPO's Qwen2.5-Math tables (gamma 0.01; this point
-#: keeps 0.2.0's `token` form, the one the documented sweeps and curves ran; the default `sequence_sum` is its own
-#: grid point); KL-Cov / Clip-Cov official recipes. Every grid contains these points.
-PUBLISHED: dict[str, dict[str, Any]] = {
-    ENTROPY_BONUS: {"entropy_coef": 0.01},
-    "casp": {"casp_alpha": 0.01, "casp_entropy_quantile": 0.8, "casp_top_n": 3, "casp_top1_penalty": 1.1},
-    "progrpo": {"progrpo_alpha": 0.3},
-    "dsgrpo": {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01, "ds_logp_granularity": "token"},
-    "kl_cov": {"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
-    "clip_cov": {"clip_cov_ratio": 2e-4},
-}
+#: The entropy bonus has no paper value; 0.01 is the usual LLM coefficient.
+ENTROPY_BONUS_PUBLISHED = {"entropy_coef": 0.01}
+#: Where a sweep's published point differs from the record's: DS-GRPO's keeps 0.2.0's `token` form, the one the
+#: documented sweeps and curves ran (the default `sequence_sum` is its own grid point).
+SWEEP_FORM: dict[str, dict[str, Any]] = {"dsgrpo": {"ds_logp_granularity": "token"}}
+
+
+class _Published(Mapping):
+    """`{method: its published setting}`: each registered method's record (`MethodInfo.published`: CaSP App. E,
+    ProGRPO Sec. 4, DS-GRPO's Qwen2.5-Math tables, the KL-Cov / Clip-Cov recipes, ...) with `SWEEP_FORM`, and the
+    entropy bonus's. Every grid contains these points. Always current (a method registered later is in it)."""
+
+    def _all(self) -> dict[str, dict[str, Any]]:
+        from ..methods import method_info
+        from ..trainers import METHODS  # importing the trainers registers the built-in methods
+
+        out = {ENTROPY_BONUS: dict(ENTROPY_BONUS_PUBLISHED)}
+        for name in METHODS:
+            if method_info(name).published:
+                out[name] = {**method_info(name).published, **SWEEP_FORM.get(name, {})}
+        return out
+
+    def __getitem__(self, method: str) -> dict[str, Any]:
+        return self._all()[method]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+PUBLISHED: Mapping[str, dict[str, Any]] = _Published()
+
+
+def setting_prefixes() -> tuple[str, ...]:
+    """The config prefixes of every registered method (`MethodInfo.config_prefixes`), which setting labels drop."""
+    from ..methods import method_info
+    from ..trainers import METHODS
+
+    return tuple(p for name in METHODS for p in method_info(name).config_prefixes)
 
 #: KL-Cov and Clip-Cov also change the rollout schedule (8 optimizer updates per rollout) and the ratio clipping;
 #: these settings keep that and switch the token selection's effect off (no penalty; a covariance window no token
@@ -122,8 +151,10 @@ def sweep_points(args, default: Sequence[Point], quick: Sequence[Point]) -> tupl
     return points, list(dict.fromkeys(m for m, _ in points))
 
 
-def setting_label(setting: Mapping[str, Any], prefixes: Sequence[str] = ()) -> str:
-    """`"alpha=0.1, tau=0.4"` (config field names without the method prefixes in `prefixes`); `"defaults"` if empty."""
+def setting_label(setting: Mapping[str, Any], prefixes: Sequence[str] | None = None) -> str:
+    """`"alpha=0.1, tau=0.4"` (config field names without the method prefixes in `prefixes`, by default every
+    registered method's); `"defaults"` if empty."""
+    prefixes = setting_prefixes() if prefixes is None else prefixes
     parts = []
     for name, value in setting.items():
         for prefix in prefixes:
@@ -237,7 +268,7 @@ def print_summary(headline: str, result: Mapping[str, Any], rule: str, footer: s
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, int, float]],
-                 prefixes: Sequence[str] = ()) -> str:
+                 prefixes: Sequence[str] | None = None) -> str:
     """Markdown table, one line per row; `columns` are `(metric key, header, digits, scale)`."""
     header = ["method", "setting", "seeds", *(c[1] for c in columns)]
     lines = []
@@ -317,7 +348,7 @@ def _errorbar(ax, rows, x, y, scale, **kwargs):
 
 
 def format_findings(found: Mapping[str, Any], columns: Sequence[tuple[str, str, int, float]],
-                    prefixes: Sequence[str] = ()) -> str:
+                    prefixes: Sequence[str] | None = None) -> str:
     """Markdown table of `findings`: each method's best setting, its metrics and the entropy-bonus comparison."""
     header = ["method", "best setting", *(c[1] for c in columns), "beats the entropy bonus at equal accuracy?",
               f"published setting: {columns[0][1]} / {columns[1][1]}"]

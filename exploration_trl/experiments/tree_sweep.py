@@ -71,7 +71,6 @@ DIVERSITY = ("modes_covered", "entropy")
 COLUMNS = [("accuracy", "accuracy", 3, 1.0), ("modes_covered", "modes (>=1%)", 2, 1.0),
            ("entropy", "entropy (nats)", 2, 1.0), ("largest_mode", "largest mode %", 1, 100.0)]
 #: Config-field prefixes dropped in labels (`casp_alpha=0.1` -> `alpha=0.1`).
-PREFIXES = ("casp_", "progrpo_", "ds_", "kl_cov_", "clip_cov_")
 
 
 def sweep_job(task: TreeTask, method: str, setting: dict[str, Any], seed: int, settings: TrainSettings,
@@ -108,7 +107,7 @@ def run_sweep(task: TreeTask, points: Sequence[frontier.Point], seeds: Sequence[
 
     def report(r):
         done[0] += 1
-        log(f"[tree sweep] {done[0]}/{len(jobs)} {r['method']} {frontier.setting_label(r['setting'], PREFIXES)} "
+        log(f"[tree sweep] {done[0]}/{len(jobs)} {r['method']} {frontier.setting_label(r['setting'])} "
             f"seed {r['seed']}: accuracy {r['accuracy']:.3f}, modes {r['modes_covered']} ({r['seconds']:.1f}s)")
 
     log(f"[tree sweep] {len(points)} settings x {len(seeds)} seeds = {len(jobs)} runs, {settings.policy} policy, "
@@ -126,8 +125,8 @@ def run_sweep(task: TreeTask, points: Sequence[frontier.Point], seeds: Sequence[
         "grid": [{"method": m, "setting": s} for m, s in points],
         "rows": rows,
         "findings": found,
-        "table": frontier.format_table(rows, COLUMNS, PREFIXES),
-        "findings_table": frontier.format_findings(found, COLUMNS, PREFIXES),
+        "table": frontier.format_table(rows, COLUMNS),
+        "findings_table": frontier.format_findings(found, COLUMNS),
         "runs": runs,
         "seconds_total": total.seconds,
         "cpu_seconds_runs": sum(r["cpu_seconds"] for r in runs),

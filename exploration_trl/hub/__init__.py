@@ -14,10 +14,16 @@
 * :mod:`~exploration_trl.hub.push` - `push_output_dir`: card + `create_repo` + `upload_folder`, with one-line
   errors and no partial writes; `check_push_ready` (token and network, before training) and `plan_push` (the
   card and file list of a dry run).
-* :mod:`~exploration_trl.hub.model_source` - `check_model_source`: a model path or Hub id that can be loaded, checked
-  before any model loads.
-* :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind each method.
+* `check_model_source` (:mod:`~exploration_trl.eval.model_source`, which `eval` shares): a model path or Hub id that
+  can be loaded, checked before any model loads.
+* :mod:`~exploration_trl.hub.citations` - BibTeX of the papers behind a trained model (each method's paper is in its
+  record, `exploration_trl.methods`).
 * :mod:`~exploration_trl.hub.command` - the `exploration-trl push` subcommand.
+
+What a card says about its method (name, trainer, description, paper, hyperparameter prefixes) is the method's record
+in the registry (`exploration_trl.methods`), which `exploration_trl.trainers` fills when it is imported: the trainers
+write cards, so this package sits below them and never imports them. A card records its method section, so updating
+it (`write_model_card(output_dir)`, `exploration-trl push`) needs no registry; a card for a new method name does.
 
 Imports are lazy: `import exploration_trl.hub` loads neither `huggingface_hub` nor matplotlib.
 """
@@ -37,13 +43,12 @@ _LAZY = {
     "extract_hyperparameters": "exploration_trl.hub.tables",
     "write_trainer_card": "exploration_trl.hub.trainer_card",
     "outcome_notes": "exploration_trl.hub.outcome",
-    "check_model_source": "exploration_trl.hub.model_source",
+    "check_model_source": "exploration_trl.eval.model_source",
     "check_push_ready": "exploration_trl.hub.push",
     "plan_push": "exploration_trl.hub.push",
     "push_output_dir": "exploration_trl.hub.push",
     "HubError": "exploration_trl.hub.push",
     "PAPERS": "exploration_trl.hub.citations",
-    "METHOD_PAPERS": "exploration_trl.hub.citations",
     "bibtex_for": "exploration_trl.hub.citations",
     "papers_for": "exploration_trl.hub.citations",
 }

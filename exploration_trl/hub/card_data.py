@@ -15,11 +15,9 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from .citations import METHOD_PAPERS
 
 __all__ = [
     "BENCHMARK_DATASETS",
@@ -196,24 +194,27 @@ def existing_metadata(readme: Path) -> dict:
 def build_card_data(
     existing: Mapping[str, Any],
     methods: Sequence[str],
-    still: bool,
+    shapings: Sequence[str],
+    replaced_tags: Collection[str],
     base_model: str | None,
     adapter: str | None,
     dataset_ids: Sequence[str],
     model_name: str,
     results: Sequence[Mapping],
 ):
-    """The `ModelCardData` of the header. `methods` are the parts of the composition, `base_model` a Hub id or
-    None, `adapter` the adapter type of an adapter folder (None for a full model)."""
+    """The `ModelCardData` of the header. `methods` are the parts of the composition and `shapings` the shapings
+    that were on (their names are tags), `replaced_tags` every method or shaping name a card may have tagged (an
+    existing card's are dropped, its other tags kept), `base_model` a Hub id or None, `adapter` the adapter type of
+    an adapter folder (None for a full model)."""
     from huggingface_hub import ModelCardData
 
-    method_tags = [*BASE_TAGS, *methods, *TRAILING_TAGS] + (["still"] if still else [])
+    method_tags = [*BASE_TAGS, *methods, *TRAILING_TAGS, *shapings]
     if adapter is not None:
         method_tags += ["peft", adapter.lower()] if adapter else ["peft"]
     # foreign tags survive, except method names (the method may have changed) and `base_model:*` tags, which the
     # Hub derives from `base_model` itself (PEFT writes one with the local path of the base model)
     old_tags = [t for t in existing.get("tags") or []
-                if isinstance(t, str) and t not in METHOD_PAPERS and t not in ("lora", "peft", "still")
+                if isinstance(t, str) and t not in replaced_tags and t not in ("lora", "peft")
                 and not t.startswith("base_model:")]
     tags = list(dict.fromkeys(method_tags + old_tags))
     extra = {k: v for k, v in existing.items() if k not in MANAGED_KEYS and k != "licence"}  # TRL writes `licence`

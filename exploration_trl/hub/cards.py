@@ -26,9 +26,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from exploration_trl.eval.model_source import looks_local
 from exploration_trl.eval.results import write_atomic
 
 from .. import PROJECT_URL
+from ..methods import METHODS, method_infos, parse_method, shapings, trainer_name
 from .card_data import (
     adapter_settings,
     adapter_type,
@@ -39,10 +41,9 @@ from .card_data import (
     resolve_base_model,
     resolve_dataset,
 )
-from .citations import METHOD_PAPERS, PAPERS, bibtex_for, method_parts
+from .citations import bibtex_for
 from .curves import CURVES_FILE, card_curves, plot_training_curves
 from .eval_results import card_results, collect_results, normalize_results
-from .model_source import looks_local
 from .outcome import outcome_notes
 from .state import CARD_FILE, STATE_VERSION, dump_state, kept_notes, load_card_state, state_result
 from .tables import extract_hyperparameters, package_versions, result_table, still_on
@@ -64,8 +65,6 @@ __all__ = [
 ]
 
 TEMPLATE_NAME = "model_card.md.j2"
-TRAINER_NAMES = {"grpo": "ExplorationGRPOTrainer", "progrpo": "ProGRPOTrainer", "dsgrpo": "DSGRPOTrainer",
-                 "casp": "CaSPTrainer", "kl_cov": "KLCovTrainer", "clip_cov": "ClipCovTrainer"}
 
 
 @dataclass
@@ -112,13 +111,6 @@ def _template_text(template: str | Path | None) -> str:
     return packaged.read_text(encoding="utf-8")
 
 
-def _trainer_name(method: str) -> str:
-    parts = method_parts(method)
-    if len(parts) == 1:
-        return TRAINER_NAMES.get(parts[0], f"{parts[0]} trainer")
-    return "".join(TRAINER_NAMES.get(p, p).removesuffix("Trainer") for p in parts) + "Trainer"
-
-
 def _mentions(dataset: Any, word: str) -> bool:
     """Does the dataset name (or any of a list of names) contain `word`?"""
     names = [dataset] if isinstance(dataset, str) else list(dataset or [])
@@ -130,19 +122,48 @@ def _training_record(method: str, training_args: Any, state: Mapping) -> tuple[d
     when the card was first written."""
     if training_args is not None:
         hp = extract_hyperparameters(method, training_args)
-        return hp, still_on(training_args), package_versions(), _trainer_name(method)
+        return hp, still_on(training_args), package_versions(), trainer_name(method)
     hp = {k: [tuple(x) for x in v] for k, v in (state.get("hyperparameters") or {"method": [], "grpo": []}).items()}
     versions = [tuple(x) for x in state.get("versions") or package_versions()]
-    return hp, bool(state.get("still")), versions, state.get("trainer") or _trainer_name(method)
+    return hp, bool(state.get("still")), versions, state.get("trainer") or trainer_name(method)
 
 
-def _methods(parts: Sequence[str], still: bool) -> tuple[list[dict], str]:
-    """The method section's entries (name, description, paper) and the method's display name."""
-    methods = []
-    for p in [*parts, *(["still"] if still else [])]:
-        name, description, key = METHOD_PAPERS.get(p, (p, "", "shao2024deepseekmath"))
-        methods.append({"name": name, "description": description, "cite": PAPERS[key].short, "url": PAPERS[key].url})
-    return methods, " + ".join(METHOD_PAPERS[p][0] if p in METHOD_PAPERS else p for p in parts)
+def _recorded(method: str, state: Mapping) -> dict | None:
+    """The method section a card recorded for `method` (None: it recorded none, or for another method)."""
+    return state.get("method_section") if state.get("method") == method else None
+
+
+def _canonical_method(method: str, state: Mapping) -> str:
+    """`method` in canonical order (`casp+progrpo` -> `progrpo+casp`); a card's own method as it recorded it when
+    this process has not registered that method (see `_method_section`)."""
+    try:
+        return "+".join(parse_method(method))
+    except ValueError:
+        if _recorded(method, state):
+            return method
+        raise
+
+
+def _method_section(method: str, still: bool, state: Mapping) -> dict:
+    """What the card says about its method: the display name, the section's entries (name, description, paper),
+    its tags and BibTeX, all from the method records (`exploration_trl.methods`). A process that has not imported the
+    method's module (e.g. `write_model_card(output_dir)` alone, updating a card) uses what the card recorded."""
+    recorded = _recorded(method, state)
+    if recorded and bool(state.get("still")) == still:
+        try:
+            method_infos(method)
+        except ValueError:
+            return recorded
+    infos = method_infos(method)
+    shown = infos + (shapings() if still else [])
+    return {
+        "display": " + ".join(info.display for info in infos),
+        "entries": [{"name": info.display, "description": info.description, "cite": info.paper.short,
+                     "url": info.paper.url} for info in shown],
+        "tags": [info.name for info in infos],
+        "shaping_tags": [shaping.name for shaping in shapings()] if still else [],
+        "bibtex": bibtex_for(method, still=still),
+    }
 
 
 def _public_name(path: str) -> str:
@@ -234,8 +255,7 @@ def render_model_card(
             f"{readme} is not an exploration-trl model card yet, so the method is unknown; pass method= "
             "(or --method) and base_model= (or --base-model)"
         )
-    parts = method_parts(method)
-    method = "+".join(parts)
+    method = _canonical_method(method, state)
     # The state names a local base model by its folder name only (`base_model_local`), never by its path.
     from_state = base_model is None and state.get("base_model") is not None
     base_model = base_model if base_model is not None else state.get("base_model")
@@ -264,10 +284,13 @@ def render_model_card(
     dataset_ids, dataset_display = resolve_dataset(dataset)
     shown_dir = _public_name(str(output_dir))  # commands in the card: no absolute local path
     load_id = repo_id or shown_dir
-    card_data = build_card_data(existing_metadata(readme), parts, still, hub_base, adapter, dataset_ids, model_name,
-                                found)
+    section = _method_section(method, still, state)
+    previous = state.get("method_section") or {}
+    replaced = {*METHODS, *(s.name for s in shapings()), *previous.get("tags", []), *previous.get("shaping_tags", [])}
+    card_data = build_card_data(existing_metadata(readme), section["tags"], section["shaping_tags"], replaced,
+                                hub_base, adapter, dataset_ids, model_name, found)
 
-    methods, method_display = _methods(parts, still)
+    method_display = section["display"]
     what = f"a fine-tuned version of {base_display}" if adapter is None else f"a {adapter} adapter for {base_display}"
     how = (f"**{method_display}** in [exploration-trl]({PROJECT_URL}) "
            "(exploration-preserving RLVR methods for [TRL](https://github.com/huggingface/trl))"
@@ -291,6 +314,7 @@ def render_model_card(
         "is_adapter": is_adapter,
         "trainer": trainer_name,
         "still": still,
+        "method_section": section,
         "hyperparameters": hp,
         "versions": versions,
         "training_summary": summary,
@@ -304,7 +328,7 @@ def render_model_card(
         model_name=model_name,
         intro=intro,
         method_display=method_display,
-        methods=methods,
+        methods=section["entries"],
         trainer_name=trainer_name,
         project_url=PROJECT_URL,
         results=found,
@@ -327,7 +351,7 @@ def render_model_card(
         grpo_hparams=hp.get("grpo") or [],
         usage=_usage(load_id, adapter, countdown=countdown, countdown_tiny=_mentions(dataset, "countdown-tiny")),
         versions=versions,
-        bibtex=bibtex_for(method, still=still),
+        bibtex=section["bibtex"],
         user_notes=kept_notes(readme),
         state=dump_state(new_state),
     )
@@ -356,8 +380,9 @@ def write_model_card(
 
     Args:
         output_dir: the trained folder (full model, or a PEFT adapter with `adapter_config.json`).
-        method: `grpo`, `progrpo`, `dsgrpo`, `casp`, `kl_cov`, `clip_cov` or a composition such as `progrpo+casp`.
-            May be left out when the folder already has a card written by this function.
+        method: a registered method (`exploration-trl train --help` lists them; `exploration_trl.trainers` registers
+            the built-in ones when imported) or a composition of an advantage-side and a loss-side one. May be left
+            out when the folder already has a card written by this function.
         base_model: Hub id (or local path) of the model training started from.
         dataset: training dataset: Hub id, built-in name (`gsm8k`, `countdown`, ...) or local file.
         training_args: the trainer's config (or a dict): the method's own fields and key GRPO settings are listed.

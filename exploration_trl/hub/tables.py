@@ -10,24 +10,11 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from ..methods import method_infos, shapings
 from .card_data import bench_meta
-from .citations import method_parts
 
 __all__ = ["extract_hyperparameters", "package_versions", "result_table", "still_on"]
 
-#: Config-field prefixes of each method's own hyperparameters.
-METHOD_PREFIXES: dict[str, tuple[str, ...]] = {
-    "progrpo": ("progrpo_",),
-    "dsgrpo": ("ds_",),
-    "casp": ("casp_",),
-    "kl_cov": ("kl_cov_",),
-    "clip_cov": ("clip_cov_",),
-    "passk": ("passk_",),
-    "pkpo": ("pkpo_",),
-    "unlikely": ("unlikely_",),
-}
-STILL_KEYS = ("ppl_shaping_alpha", "position_bonus_gamma", "position_bonus_scale", "position_bonus_center",
-              "position_bonus_direction", "position_bonus_start_step", "position_bonus_num_steps")
 #: The GRPO / optimisation settings worth showing on a card (when present in the config).
 GRPO_KEYS = (
     "learning_rate", "lr_scheduler_type", "warmup_ratio", "warmup_steps", "max_steps", "num_train_epochs",
@@ -89,27 +76,29 @@ def _args_dict(training_args: Any) -> dict[str, Any]:
 
 
 def still_on(training_args: Any) -> bool:
-    """True when the config switches on a STILL shaper (perplexity shaping or the position bonus)."""
+    """True when the config switches on a shaping (STILL's perplexity shaping or position bonus): one of the
+    coefficients of a registered shaping is not 0."""
     args = _args_dict(training_args)
-    return any(float(args.get(k) or 0.0) != 0.0 for k in ("ppl_shaping_alpha", "position_bonus_gamma"))
+    return any(float(args.get(k) or 0.0) != 0.0 for shaping in shapings() for k in shaping.coefficients)
 
 
 def extract_hyperparameters(method: str | None, training_args: Any) -> dict[str, list[tuple[str, str]]]:
     """`{"method": [(field, value)], "grpo": [(field, value)]}` from a config object or a dict.
 
-    `method` lists the method's prefixed fields (`casp_*`, `progrpo_*`, ...) plus the STILL shaper fields when a
-    shaper is on; `grpo` lists :data:`GRPO_KEYS` that the config has (`max_steps` or `num_train_epochs`, whichever
-    decided the run length)."""
+    `method` lists the fields with the method's config prefixes (`MethodInfo.config_prefixes`: `casp_*`, ...) plus
+    the shaping fields when a shaping is on; `grpo` lists :data:`GRPO_KEYS` that the config has (`max_steps` or
+    `num_train_epochs`, whichever decided the run length)."""
     args = _args_dict(training_args)
     out: dict[str, list[tuple[str, str]]] = {"method": [], "grpo": []}
     if not args:
         return out
-    prefixes = tuple(p for part in method_parts(method) for p in METHOD_PREFIXES.get(part, ()))
+    prefixes = tuple(p for info in method_infos(method) for p in info.config_prefixes)
     for key in sorted(args):
         if prefixes and key.startswith(prefixes):
             out["method"].append((key, _fmt_value(args[key])))
     if still_on(args):
-        out["method"] += [(k, _fmt_value(args[k])) for k in STILL_KEYS if k in args]
+        shaping_prefixes = tuple(p for shaping in shapings() for p in shaping.config_prefixes)
+        out["method"] += [(k, _fmt_value(v)) for k, v in args.items() if k.startswith(shaping_prefixes)]
     for key in GRPO_KEYS:
         if key not in args:
             continue

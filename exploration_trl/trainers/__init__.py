@@ -1,16 +1,31 @@
-"""Trainers: `ExplorationGRPOTrainer` (TRL GRPO + hooks) and one config+trainer pair per method."""
+"""Trainers: `ExplorationGRPOTrainer` (TRL GRPO + hooks) and one config+trainer pair per method.
+
+Each method's module registers its trainer with `@register_method(MethodInfo(...))` (`exploration_trl.methods`) when it
+is imported. The built-in methods are imported below in the order `train --help`, errors and cards list them; every
+other module of this folder is imported after them, so a new method's module registers without a line here
+(`docs/writing_a_method.md`).
+"""
+
+import importlib as _importlib
+import pkgutil as _pkgutil
 
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch
+from .progrpo import ProGRPOConfig, ProGRPOTrainer
+from .dsgrpo import DSGRPOConfig, DSGRPOTrainer
 from .casp import CaSPConfig, CaSPTrainer
 from .cov import ClipCovConfig, ClipCovTrainer, KLCovConfig, KLCovTrainer
-from .dsgrpo import DSGRPOConfig, DSGRPOTrainer
 from .passk import PasskConfig, PasskTrainer, PKPOConfig, PKPOTrainer, UnlikelyConfig, UnlikelyTrainer
-from .progrpo import ProGRPOConfig, ProGRPOTrainer
 from .registry import METHODS, get_config_class, get_trainer_class, parse_method
+from ..methods import MethodInfo, Paper, arxiv_paper, register_method
 
 __all__ = [
     "ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "ProGRPOConfig", "ProGRPOTrainer",
     "DSGRPOConfig", "DSGRPOTrainer", "CaSPConfig", "CaSPTrainer", "KLCovConfig", "KLCovTrainer",
     "ClipCovConfig", "ClipCovTrainer", "PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig",
-    "UnlikelyTrainer", "METHODS", "get_trainer_class", "get_config_class", "parse_method",
+    "UnlikelyTrainer", "METHODS", "get_trainer_class", "get_config_class", "parse_method", "MethodInfo", "Paper",
+    "arxiv_paper", "register_method",
 ]
+
+for _module in _pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        _importlib.import_module(f"{__name__}.{_module.name}")

@@ -9,12 +9,27 @@ A method author reads this file only (the guide with a worked example: `docs/wri
 * **Loss hooks** that reuse TRL's `_compute_loss`: `_transform_policy_logps` changes the per-token
   importance ratio (TRL forms it as `exp(per_token_logps - old_per_token_logps)`), and
   `_extra_per_token_loss` adds per-token terms aggregated exactly as TRL's `loss_type` aggregates.
-* **No silent no-op**: each method class declares `hook = (side, name)` and calls `_mark_hook_ran(name)` when it
-  acts; a step on which a declared hook did not run stops training (`HookDidNotRunError`).
+* **No silent no-op**: each method's hook is `hook = (side, name)` (set by `register_method` from its record) and it
+  calls `_mark_hook_ran(name)` when it acts; a step on which a declared hook did not run stops training
+  (`HookDidNotRunError`).
+* **One record**: `@register_method(MethodInfo(...))` on the trainer class (`exploration_trl.methods`) is everything
+  the rest of the package (help, cards, experiments) says about the method.
 
-The plumbing lives beside it: `config.py` (the shared config keys), `capture.py` (reading TRL's own forward
-passes under any wrapper), `rollout.py` (rollout statistics and the `RolloutBatch`), `metrics_logging.py`
-(exploration metrics) and `vllm_support.py` (vLLM's weight sync on a CPU, its log-probs reused, its shutdown).
+**One generation batch** is `_generate_and_score_completions`, the package's only override of it: it composes, in
+order, the vLLM step, the rollout capture, the dynamic-sampling refill, TRL's own batch, the rollout statistics and the
+advantage hook (see its docstring). The mixins provide those steps as helper methods; their few other TRL overrides
+are narrow and named in each module. The mixins, one line each:
+
+* `ResumeMixin` (`resume.py`): saves and restores TRL's rollout buffer, RNGs and pending metrics; Ctrl-C checkpoints.
+* `VLLMMixin` (`vllm_support.py`): vLLM's weight sync on a CPU, its log-probs reused, its shutdown.
+* `RolloutMixin` (`rollout.py`): rewards checked, rollout statistics captured, the `RolloutBatch`, the advantages set.
+* `DynamicSamplingMixin` (`dynamic_sampling.py`): DAPO's rounds that drop groups whose rewards do not vary.
+* `CaptureMixin` (`capture.py`): reads TRL's own forward passes (log-probs, entropies, hidden states) under any wrapper.
+* `ExplorationMetricsMixin` (`metrics_logging.py`): the exploration metrics, reduced across processes.
+* `HeldoutEvalMixin` (`heldout_eval.py`): held-out pass@k on HF's evaluation schedule (`eval_benchmark`).
+* `DivergenceMixin` (`divergence.py`): warns once (and the card says so) when entropy climbs or reward falls to 0.
+
+`config.py` holds the shared config keys.
 """
 from __future__ import annotations
 
@@ -25,6 +40,7 @@ from trl import GRPOTrainer
 
 from ..core import advantages as core_adv
 from ..errors import HookDidNotRunError
+from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .capture import CaptureMixin, _Capture
 from .config import ExplorationGRPOConfig, check_choice, check_non_negative, has_accelerator
@@ -48,13 +64,23 @@ __all__ = [
 _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
 
 
+@register_method(MethodInfo(
+    name="grpo", side="none", display="GRPO",
+    summary="TRL's GRPO unchanged, plus exploration metrics",
+    description="Group Relative Policy Optimization: advantages are rewards normalised within the group of "
+                "completions sampled for the same prompt.",
+    paper=arxiv_paper(
+        "shao2024deepseekmath",
+        "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "Shao et al., 2024",
+        ["Zhihong Shao", "Peiyi Wang", "Qihao Zhu", "Runxin Xu", "Junxiao Song", "Xiao Bi", "Haowei Zhang",
+         "Mingchuan Zhang", "Y. K. Li", "Y. Wu", "Daya Guo"], 2024, "2402.03300", "cs.CL"),
+))
 class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin,
                              ExplorationMetricsMixin, HeldoutEvalMixin, DivergenceMixin, GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
     config_class = ExplorationGRPOConfig
-    method_name = "grpo"
 
     def __init__(self, *args, **kwargs):
         warnings.filterwarnings("ignore", message=_TRL_ROLLOUT_DEPRECATIONS, category=FutureWarning,
@@ -137,6 +163,32 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
         correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold)
         return {"exploration_correct": correct}
 
+    # ------------------------------------------------------------------ one generation batch
+    def _generate_and_score_completions(self, inputs):
+        """TRL's generation batch with the package's steps around it, in this order:
+
+        1. vLLM (`_start_vllm_batch`): forget the previous batch's prompt log-probs;
+        2. rollout capture (`_start_rollout_capture`): record the rows and, when the method needs rollout statistics,
+           capture TRL's passes over the completions (and generation's logits) from here on;
+        3. dynamic sampling (`_dynamic_sampling_select`): when on, generate rounds until enough groups have rewards
+           that vary, and return the kept rows, whose generations and rewards TRL's pass then replays;
+        4. TRL's own `_generate_and_score_completions` on those rows;
+        5. rollout statistics (`_finish_rollout_capture`), then the advantage hook and the STILL shapers
+           (`_set_advantages`), whose result replaces TRL's advantages.
+        """
+        self._start_vllm_batch()
+        need_rollout = self._start_rollout_capture(inputs)
+        try:
+            try:
+                inputs = self._dynamic_sampling_select(inputs)
+                output = super()._generate_and_score_completions(inputs)
+            finally:
+                self._ds_replay = None
+            capture = self._finish_rollout_capture(output, need_rollout)
+        finally:
+            self._capture = None
+        return self._set_advantages(output, capture)
+
     # ------------------------------------------------------------------ loss side
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # TRL's compute_loss -> _compute_loss calls `_get_per_token_logps_and_entropies` once for the policy;
@@ -188,7 +240,7 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
     def _expected_hooks(self, side: str) -> list[str]:
         """Names of the hooks this trainer must run on every step of `side` ("advantage" or "loss").
 
-        Each method class declares `hook = (side, name)`; a composed trainer (e.g. ProGRPO+CaSP) inherits several.
+        Each method class has `hook = (side, name)` (`register_method` sets it); a composed trainer (e.g. ProGRPO+CaSP) inherits several.
         The exploration metrics count as a loss-side hook when they are switched on.
         """
         names = [cls.__dict__["hook"][1] for cls in type(self).__mro__

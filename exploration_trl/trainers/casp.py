@@ -9,6 +9,7 @@ import torch
 
 from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
+from ..methods import MethodInfo, arxiv_paper, register_method
 from ..ops.lm_head import candidate_logps, token_statistics
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
 
@@ -52,6 +53,18 @@ class CaSPConfig(ExplorationGRPOConfig):
             )
 
 
+@register_method(MethodInfo(
+    name="casp", side="loss", display="CaSP (Candidate-aware Support Preservation)",
+    summary="CaSP: positive gradient spread over the top-N candidates at forking tokens",
+    description="At high-entropy forking tokens, positive updates are spread over the old policy's top-N candidate "
+                "tokens, and a wrong top-1 sample is penalised more strongly.",
+    paper=arxiv_paper(
+        "peng2025casp", "Beyond the Sampled Token: Preserving Candidate Support in RLVR", "Peng et al., 2025",
+        ["Ruotian Peng", "Yi Ren", "Zhouliang Yu", "Weiyang Liu", "Yandong Wen"], 2025, "2510.14807", "cs.AI"),
+    config_prefixes=("casp_",), metric_prefixes=("casp/",),
+    coefficients={"casp_alpha": 1, "casp_top1_penalty": 0},
+    published={"casp_alpha": 0.01, "casp_entropy_quantile": 0.8, "casp_top_n": 3, "casp_top1_penalty": 1.1},
+))
 class CaSPTrainer(ExplorationGRPOTrainer):
     """Loss-side: replaces the sampled-token ratio by `core.casp_ratio` before TRL's clipped objective.
 
@@ -62,8 +75,6 @@ class CaSPTrainer(ExplorationGRPOTrainer):
     """
 
     config_class = CaSPConfig
-    method_name = "casp"
-    hook = ("loss", "casp")
 
     def _needs_rollout_candidates(self) -> bool:
         return self._trl_computes_old_logps() or super()._needs_rollout_candidates()

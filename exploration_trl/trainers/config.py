@@ -9,8 +9,27 @@ import torch
 from trl import GRPOConfig
 
 from ..core.dynamic_sampling import DYNAMIC_SAMPLING_METRICS
+from ..methods import MethodInfo, arxiv_paper, register_shaping
 from ..rewards._base import DEFAULT_CORRECT_THRESHOLD
 
+
+#: The STILL report's advantage shapers, which any method switches on with `ppl_shaping_alpha` or
+#: `position_bonus_gamma` (the config keys below); cards cite the report when one of them is not 0.
+STILL = register_shaping(MethodInfo(
+    name="still", side="shaping", display="STILL advantage shaping",
+    summary="STILL report: perplexity shaping and a position bonus (any method)",
+    description="Perplexity-based shaping of each completion's advantage and a position bonus that grows along the "
+                "response.",
+    paper=arxiv_paper(
+        "deng2025still",
+        "From Trial-and-Error to Improvement: A Systematic Analysis of LLM Exploration Mechanisms in RLVR",
+        "Deng et al., 2025 (STILL report)",
+        ["Jia Deng", "Jie Chen", "Zhipeng Chen", "Daixuan Cheng", "Fei Bai", "Beichen Zhang", "Yinqian Min",
+         "Yanzipeng Gao", "Wayne Xin Zhao", "Ji-Rong Wen"], 2025, "2508.07534"),
+    config_prefixes=("ppl_shaping_", "position_bonus_"),
+    coefficients={"ppl_shaping_alpha": 0, "position_bonus_gamma": 0},
+    published={"ppl_shaping_alpha": 0.01, "position_bonus_gamma": 0.1},
+))
 
 #: `exploration_metrics_lambda` values: a token-weighted sample, or CaSP Eq. 2's per-response mean.
 EXPLORATION_LAMBDA_MODES = ("sampled_tokens", "per_response")

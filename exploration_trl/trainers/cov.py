@@ -10,9 +10,16 @@ import torch
 
 from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
+from ..methods import MethodInfo, arxiv_paper, register_method
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
 from .cov_global import GlobalCovSelectionMixin, _kth, check_cov_selection
 
+#: The paper behind both methods.
+ENTROPY_MECHANISM = arxiv_paper(
+    "cui2025entropy", "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", "Cui et al., 2025",
+    ["Ganqu Cui", "Yuchen Zhang", "Jiacheng Chen", "Lifan Yuan", "Zhi Wang", "Yuxin Zuo", "Haozhan Li", "Yuchen Fan",
+     "Huayu Chen", "Weize Chen", "Zhiyuan Liu", "Hao Peng", "Lei Bai", "Wanli Ouyang", "Yu Cheng", "Bowen Zhou",
+     "Ning Ding"], 2025, "2505.22617")
 #: The published KL-Cov / Clip-Cov recipes run 8 optimizer updates per rollout (256 prompts, verl mini-batch 32).
 DEFAULT_UPDATES_PER_ROLLOUT = 8
 
@@ -61,12 +68,18 @@ class KLCovConfig(ExplorationGRPOConfig):
             raise ValueError(f"kl_cov_ratio is a fraction in [0, 1], got {self.kl_cov_ratio}")
 
 
+@register_method(MethodInfo(
+    name="kl_cov", side="loss", display="KL-Cov",
+    summary="KL-Cov: |logp - old_logp| penalty on the highest-covariance tokens",
+    description="A KL penalty on the small fraction of tokens with the largest covariance between log-probability "
+                "and advantage, which would otherwise drive entropy collapse.",
+    paper=ENTROPY_MECHANISM, config_prefixes=("kl_cov_",), metric_prefixes=("kl_cov/",),
+    coefficients={"kl_cov_coef": 1, "kl_cov_ratio": 1}, published={"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
+))
 class KLCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
     """Loss-side: adds the KL-Cov penalty as an extra per-token term, aggregated like TRL's loss."""
 
     config_class = KLCovConfig
-    method_name = "kl_cov"
-    hook = ("loss", "kl_cov")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -133,12 +146,18 @@ class ClipCovConfig(ExplorationGRPOConfig):
             raise ValueError(f"clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})")
 
 
+@register_method(MethodInfo(
+    name="clip_cov", side="loss", display="Clip-Cov",
+    summary="Clip-Cov: a random share of high-covariance tokens loses its gradient",
+    description="The policy gradient of a small random subset of high-covariance tokens is cut, slowing entropy "
+                "collapse.",
+    paper=ENTROPY_MECHANISM, config_prefixes=("clip_cov_",), metric_prefixes=("clip_cov/",),
+    coefficients={"clip_cov_ratio": 1}, published={"clip_cov_ratio": 2e-4},
+))
 class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
     """Loss-side: detaches the selected tokens' log-probs, so TRL's clipped loss has zero gradient there."""
 
     config_class = ClipCovConfig
-    method_name = "clip_cov"
-    hook = ("loss", "clip_cov")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

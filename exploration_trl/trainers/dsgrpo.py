@@ -9,6 +9,7 @@ import torch
 
 from ..core import advantages as core_adv
 from ..core._utils import broadcast_advantages
+from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
@@ -42,12 +43,23 @@ class DSGRPOConfig(ExplorationGRPOConfig):
         check_choice(self, "ds_logp_granularity", core_adv.DSGRPO_GRANULARITIES)
 
 
+@register_method(MethodInfo(
+    name="dsgrpo", side="advantage", display="DS-GRPO (differential smoothing)",
+    summary="DS-GRPO: entropy bonus on correct completions, penalty on wrong ones",
+    description="An entropy bonus on correct completions and an entropy penalty on wrong ones, through each "
+                "completion's log-probability (`ds_logp_granularity`: the trajectory's sum by default, or per token, "
+                "or the mean).",
+    paper=arxiv_paper(
+        "gai2025differential", "Differential Smoothing Mitigates Sharpening and Improves LLM Reasoning",
+        "Gai et al., 2025", ["Jingchu Gai", "Guanning Zeng", "Huaqing Zhang", "Aditi Raghunathan"], 2025,
+        "2511.19942", "cs.LG"),
+    config_prefixes=("ds_",), metric_prefixes=("dsgrpo/",),
+    coefficients={"ds_gamma_p": 1, "ds_gamma_n": 0}, published={"ds_gamma_p": 0.01, "ds_gamma_n": 0.01},
+))
 class DSGRPOTrainer(ExplorationGRPOTrainer):
     """Advantage-side: differential smoothing with the rollout policy's log-probabilities."""
 
     config_class = DSGRPOConfig
-    method_name = "dsgrpo"
-    hook = ("advantage", "dsgrpo")
 
     def _needs_rollout_logps(self) -> bool:
         return True

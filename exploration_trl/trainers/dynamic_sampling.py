@@ -39,8 +39,9 @@ from ..core.dynamic_sampling import GroupSelector, group_varies, rows_of_groups
 
 
 class DynamicSamplingMixin:
-    """Mixed into `ExplorationGRPOTrainer` after `RolloutMixin`: `RolloutMixin._generate_and_score_completions`
-    calls this one through `super()`, so the rollout statistics it then builds describe the kept rows."""
+    """Mixed into `ExplorationGRPOTrainer`, whose `_generate_and_score_completions` calls `_dynamic_sampling_select`
+    after the rollout capture started (generation's log-probs are recorded in every round) and before TRL's pass, so
+    the rollout statistics then built describe the kept rows."""
 
     _ds_replay: dict | None = None
     _ds_iterator = None
@@ -65,15 +66,15 @@ class DynamicSamplingMixin:
                              "dynamic_sampling: false (text prompts and a map-style dataset are supported)")
 
     # ------------------------------------------------------------------ the generation batch
-    def _generate_and_score_completions(self, inputs):
+    def _dynamic_sampling_select(self, inputs):
+        """The rows TRL's `_generate_and_score_completions` should score: `inputs` itself when dynamic sampling is off
+        (or in evaluation); else the selected rows, with their generations and rewards stored for the replay
+        (`_ds_replay`, which the caller clears once TRL's pass is done)."""
         if not self.args.dynamic_sampling or not self.model.training:
-            return super()._generate_and_score_completions(inputs)
+            return inputs
         kept_inputs, self._ds_replay = self._dynamic_sampling_rounds(inputs)
         self._rollout_inputs = kept_inputs  # RolloutMixin's record of this process's rows
-        try:
-            return super()._generate_and_score_completions(kept_inputs)
-        finally:
-            self._ds_replay = None
+        return kept_inputs
 
     def _generate(self, prompts):
         replay = self._ds_replay

@@ -25,19 +25,34 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 
 from transformers import TrainerCallback
 
-#: knob -> +1 when raising it raises the policy's entropy. `entropy_coef` is TRL's entropy-bonus coefficient.
-KNOBS = {
-    "entropy_coef": 1,
-    "kl_cov_coef": 1,
-    "kl_cov_ratio": 1,
-    "clip_cov_ratio": 1,
-    "casp_alpha": 1,
-    "ds_gamma_p": 1,
-    "unlikely_beta": 1,
-}
+from ..methods import METHODS, method_info
+
+
+class _Knobs(Mapping):
+    """knob -> +1 when raising it raises the policy's entropy: `entropy_coef` (TRL's entropy-bonus coefficient) and
+    every registered method's coefficient whose direction is known (`MethodInfo.coefficients`); always current."""
+
+    def _all(self) -> dict[str, int]:
+        knobs = {"entropy_coef": 1}
+        for name in METHODS:
+            knobs.update({key: d for key, d in method_info(name).coefficients.items() if d})
+        return knobs
+
+    def __getitem__(self, knob: str) -> int:
+        return self._all()[knob]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+KNOBS: Mapping[str, int] = _Knobs()
 
 
 def entropy_band_update(value: float, entropy: float, low: float, high: float, direction: int, rate: float,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core import passk as core_pk
+from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
@@ -50,12 +51,25 @@ class PasskConfig(ExplorationGRPOConfig):
         _check_trl_aggregation(self, "passk")
 
 
+@register_method(MethodInfo(
+    name="passk", side="advantage", display="Pass@k Training",
+    summary="Pass@k Training: analytic pass@k advantages for correct and wrong samples",
+    description="Analytic pass@k advantages: each completion gets the mean advantage of the k-subsets of its group "
+                "that contain it, so wrong completions in groups that already pass are penalised less (k in the "
+                "config).",
+    paper=arxiv_paper(
+        "chen2025passk",
+        "Pass@k Training for Adaptively Balancing Exploration and Exploitation of Large Reasoning Models",
+        "Chen et al., 2025",
+        ["Zhipeng Chen", "Xiaobo Qin", "Youbin Wu", "Yue Ling", "Qinghao Ye", "Wayne Xin Zhao", "Guang Shi"], 2025,
+        "2508.10751"),
+    config_prefixes=("passk_",), metric_prefixes=("passk/",),
+    coefficients={"passk_k": 0}, published={"passk_k": 4},
+))
 class PasskTrainer(ExplorationGRPOTrainer):
     """Advantage-side: Pass@k Training's analytic advantages from each group's correct count."""
 
     config_class = PasskConfig
-    method_name = "passk"
-    hook = ("advantage", "passk")
 
     def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         super()._compute_advantages(batch)  # TRL's advantages are replaced, not shifted
@@ -113,12 +127,21 @@ class PKPOConfig(ExplorationGRPOConfig):
         _check_trl_aggregation(self, "pkpo")
 
 
+@register_method(MethodInfo(
+    name="pkpo", side="advantage", display="PKPO (Pass@K Policy Optimization)",
+    summary="PKPO: unbiased pass@k reward transform for k < n, k optionally annealed",
+    description="An unbiased transform of the group's rewards whose policy gradient is that of pass@k (max@k for "
+                "graded rewards), with a leave-one-out baseline and k optionally annealed toward 1.",
+    paper=arxiv_paper(
+        "walder2025pkpo", "Pass@K Policy Optimization: Solving Harder Reinforcement Learning Problems",
+        "Walder and Karkhanis, 2025", ["Christian Walder", "Deep Karkhanis"], 2025, "2505.15201"),
+    config_prefixes=("pkpo_",), metric_prefixes=("pkpo/",),
+    coefficients={"pkpo_k": 0}, published={"pkpo_k": 4},
+))
 class PKPOTrainer(ExplorationGRPOTrainer):
     """Advantage-side: PKPO's transformed rewards, normalised as TRL normalises rewards."""
 
     config_class = PKPOConfig
-    method_name = "pkpo"
-    hook = ("advantage", "pkpo")
 
     def _pkpo_k(self, step: int) -> int:
         a = self.args
@@ -165,12 +188,21 @@ class UnlikelyConfig(ExplorationGRPOConfig):
         _check_trl_aggregation(self, "unlikely")
 
 
+@register_method(MethodInfo(
+    name="unlikely", side="advantage", display="Unlikeliness reward",
+    summary="Unlikeliness reward: rare correct samples up-weighted by their rank",
+    description="Correct completions are rewarded more the less likely the policy found them (rank within the "
+                "group), so training does not only sharpen the distribution on solutions it already prefers.",
+    paper=arxiv_paper(
+        "he2025unlikely", "Rewarding the Unlikely: Lifting GRPO Beyond Distribution Sharpening", "He et al., 2025",
+        ["Andre He", "Daniel Fried", "Sean Welleck"], 2025, "2506.02355"),
+    config_prefixes=("unlikely_",), metric_prefixes=("unlikely/",),
+    coefficients={"unlikely_beta": 1}, published={"unlikely_beta": 0.25},
+))
 class UnlikelyTrainer(ExplorationGRPOTrainer):
     """Advantage-side: the unlikeliness reward, ranked by the rollout policy's log-probabilities."""
 
     config_class = UnlikelyConfig
-    method_name = "unlikely"
-    hook = ("advantage", "unlikely")
 
     def _needs_rollout_logps(self) -> bool:
         return True

@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from ..core import advantages as core_adv
+from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from ._prompt_tokens import user_token_mask
 from .base import (
@@ -63,12 +64,24 @@ class ProGRPOConfig(ExplorationGRPOConfig):
         check_choice(self, "progrpo_prompt_tokens", PROGRPO_PROMPT_TOKENS)
 
 
+@register_method(MethodInfo(
+    name="progrpo", side="advantage", display="ProGRPO (ARM)",
+    summary="ProGRPO / ARM: confidence-reweighted advantages in mixed groups",
+    description="Advantage re-weighting: in groups with both right and wrong completions, over-confident completions "
+                "(high confidence over their lowest-probability tokens) get smaller advantages and under-explored ones "
+                "larger.",
+    paper=arxiv_paper(
+        "li2026progrpo",
+        "Back to Basics: Revisiting Exploration in Reinforcement Learning for LLM Reasoning via Generative "
+        "Probabilities", "Li et al., 2026",
+        ["Pengyi Li", "Elizaveta Goncharova", "Andrey Kuznetsov", "Ivan Oseledets"], 2026, "2602.05281"),
+    config_prefixes=("progrpo_",), metric_prefixes=("progrpo/",),
+    coefficients={"progrpo_alpha": 0}, published={"progrpo_alpha": 0.3},
+))
 class ProGRPOTrainer(ExplorationGRPOTrainer):
     """Advantage-side: reweights mixed-group advantages by prompt vs answer confidence (`core.progrpo_advantages`)."""
 
     config_class = ProGRPOConfig
-    method_name = "progrpo"
-    hook = ("advantage", "progrpo")
 
     def _needs_rollout_logps(self) -> bool:
         return True

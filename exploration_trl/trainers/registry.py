@@ -1,5 +1,6 @@
-"""Method registry: names -> (trainer, config) pairs, and composition of one advantage-side method with one
-loss-side method (e.g. `method: progrpo+casp`), in the spirit of verl's `core_algos` registry.
+"""Methods by name: the registered (trainer, config) pairs (`exploration_trl.methods`, filled by each method's
+`@register_method`), and the composition of one advantage-side method with one loss-side method (e.g.
+`method: progrpo+casp`), in the spirit of verl's `core_algos` registry.
 
 Order in which a composed pipeline applies (per generation batch, then per micro-batch):
 1. TRL's GRPO advantages (group-normalised rewards);
@@ -14,48 +15,20 @@ from __future__ import annotations
 import dataclasses
 from functools import cache
 
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer
-from .casp import CaSPConfig, CaSPTrainer
-from .cov import ClipCovConfig, ClipCovTrainer, KLCovConfig, KLCovTrainer
-from .dsgrpo import DSGRPOConfig, DSGRPOTrainer
-from .passk import PasskConfig, PasskTrainer, PKPOConfig, PKPOTrainer, UnlikelyConfig, UnlikelyTrainer
-from .progrpo import ProGRPOConfig, ProGRPOTrainer
+from ..methods import ADVANTAGE_SIDE, LOSS_SIDE, METHODS, parse_method
+from .base import ExplorationGRPOConfig
 
-METHODS: dict[str, tuple[type, type]] = {
-    "grpo": (ExplorationGRPOTrainer, ExplorationGRPOConfig),
-    "progrpo": (ProGRPOTrainer, ProGRPOConfig),
-    "dsgrpo": (DSGRPOTrainer, DSGRPOConfig),
-    "casp": (CaSPTrainer, CaSPConfig),
-    "kl_cov": (KLCovTrainer, KLCovConfig),
-    "clip_cov": (ClipCovTrainer, ClipCovConfig),
-    "passk": (PasskTrainer, PasskConfig),
-    "pkpo": (PKPOTrainer, PKPOConfig),
-    "unlikely": (UnlikelyTrainer, UnlikelyConfig),
-}
-ADVANTAGE_SIDE = ("progrpo", "dsgrpo", "passk", "pkpo", "unlikely")
-LOSS_SIDE = ("casp", "kl_cov", "clip_cov")
+__all__ = ["METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "parse_method", "example_composition", "get_trainer_class",
+           "get_config_class"]
 
 
-def parse_method(method: str) -> tuple[str, ...]:
-    """Split `'progrpo+casp'` into its parts, checking names and that at most one of each side is used."""
-    parts = tuple(p.strip().lower() for p in str(method).split("+") if p.strip())
-    allowed = ", ".join(METHODS)
-    if not parts:
-        raise ValueError(f"method is empty; choose one of: {allowed} (or advantage+loss, e.g. progrpo+casp)")
-    for p in parts:
-        if p not in METHODS:
-            raise ValueError(f"unknown method '{p}'; choose one of: {allowed} (or advantage+loss, e.g. progrpo+casp)")
-    if len(parts) > 1 and "grpo" in parts:
-        raise ValueError("method 'grpo' cannot be combined; name the methods to compose, e.g. progrpo+casp")
-    adv = [p for p in parts if p in ADVANTAGE_SIDE]
-    loss = [p for p in parts if p in LOSS_SIDE]
-    if len(adv) > 1 or len(loss) > 1:
-        raise ValueError(
-            f"method '{method}' combines {len(adv)} advantage-side and {len(loss)} loss-side methods; use at most one "
-            f"of {', '.join(ADVANTAGE_SIDE)} and one of {', '.join(LOSS_SIDE)}"
-        )
-    # Canonical order: advantage side first.
-    return tuple(adv + loss) or ("grpo",)
+def example_composition(name: str) -> str:
+    """A valid composition that uses method `name`, for messages: `casp` -> `progrpo+casp`."""
+    if name in LOSS_SIDE and ADVANTAGE_SIDE:
+        return f"{ADVANTAGE_SIDE[0]}+{name}"
+    if name in ADVANTAGE_SIDE and LOSS_SIDE:
+        return f"{name}+{LOSS_SIDE[0]}"
+    return name
 
 
 def _field_default(f: dataclasses.Field):
@@ -78,20 +51,25 @@ def _preset_overrides(configs: list[type]) -> dict:
     return namespace
 
 
-@cache
 def _compose(parts: tuple[str, ...]) -> tuple[type, type]:
     if len(parts) == 1:
         return METHODS[parts[0]]
-    trainers = [METHODS[p][0] for p in parts]
+    return _composed(tuple(METHODS[p][0] for p in parts), "+".join(parts))
+
+
+@cache
+def _composed(trainers: tuple[type, ...], method_name: str) -> tuple[type, type]:
+    """The composed (trainer, config) of the registered `trainers` (cached by class: a re-registered name composes
+    its new class)."""
     # Loss-side config first: where both presets change a default (e.g. KL-Cov's no clipping vs ProGRPO's
     # epsilon_high), the loss side wins. Dataclass inheritance alone would let a preset's *inherited* TRL default
     # mask the other preset's override, so the overridden fields are re-declared explicitly.
-    configs = [METHODS[p][1] for p in reversed(parts)]
+    configs = [t.config_class for t in reversed(trainers)]
     name = "".join(t.__name__.removesuffix("Trainer") for t in trainers)
     config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), _preset_overrides(configs)))
     trainer_cls = type(
         f"{name}Trainer", tuple(trainers),
-        {"config_class": config_cls, "method_name": "+".join(parts), "__module__": __name__},
+        {"config_class": config_cls, "method_name": method_name, "__module__": __name__},
     )
     return trainer_cls, config_cls
 

@@ -59,8 +59,9 @@ class RolloutBatch:
 
 
 class RolloutMixin:
-    """Wraps TRL's `_generate_and_score_completions`: builds the `RolloutBatch`, calls `_compute_advantages` and the
-    STILL shapers, and hands the final advantages back to TRL's loss."""
+    """The rollout steps of `ExplorationGRPOTrainer._generate_and_score_completions`: capture the rollout statistics
+    around TRL's batch, build the `RolloutBatch`, call `_compute_advantages` and the STILL shapers, and hand the final
+    advantages back to TRL's loss."""
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # TRL returns the rewards of every process (gathered); keep them for the advantage hook.
@@ -104,29 +105,39 @@ class RolloutMixin:
         for name, value in zip(self.reward_func_names, total.tolist(), strict=True):
             self._metrics[mode][f"rewards/{name}/failures"].append(value)
 
-    def _generate_and_score_completions(self, inputs):
+    # ------------------------------------------------------------------ steps of `_generate_and_score_completions`
+    # `ExplorationGRPOTrainer._generate_and_score_completions` (base.py) calls these in order.
+    def _start_rollout_capture(self, inputs) -> bool:
+        """Record this process's rows and, when the method needs rollout statistics, start capturing TRL's passes
+        over the completions (and generation's logits). Returns whether a capture was started."""
         self._rollout_inputs = inputs  # the local rows (prompts, dataset columns), for hooks that need them
         self._generation_logps = None
         need_rollout = self._needs_rollout_logps() or self._needs_prompt_logps() or self._needs_rollout_candidates()
         self._capture = _Capture(mode="rollout") if need_rollout else None
-        try:
-            output = super()._generate_and_score_completions(inputs)
-            capture = self._capture
-            # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object); else the
-            # generation's own log-probs, else one added pass.
-            if need_rollout and (not capture.done or capture.logps is not output.get("old_per_token_logps")):
-                capture = self._capture_from_generation(output) or self._rollout_pass(output)
-                if not capture.done:
-                    raise HookDidNotRunError(
-                        f"{self.method_name}: the rollout statistics it needs (log-probs, hidden states) were not "
-                        "captured on this step (`_get_per_token_logps_and_entropies` did not see the policy model); "
-                        "stopping rather than silently training something else. Please report this with your TRL "
-                        "version and launcher."
-                    )
-        finally:
-            self._capture = None
+        return need_rollout
 
-        batch = self._build_rollout_batch(output, capture if need_rollout else None)
+    def _finish_rollout_capture(self, output, need_rollout: bool) -> _Capture | None:
+        """The rollout statistics of TRL's finished batch `output` (None when the method needs none)."""
+        if not need_rollout:
+            return None
+        capture = self._capture
+        # TRL's own old-log-prob pass is reused only if it is the one we captured (same tensor object); else the
+        # generation's own log-probs, else one added pass.
+        if not capture.done or capture.logps is not output.get("old_per_token_logps"):
+            capture = self._capture_from_generation(output) or self._rollout_pass(output)
+            if not capture.done:
+                raise HookDidNotRunError(
+                    f"{self.method_name}: the rollout statistics it needs (log-probs, hidden states) were not "
+                    "captured on this step (`_get_per_token_logps_and_entropies` did not see the policy model); "
+                    "stopping rather than silently training something else. Please report this with your TRL "
+                    "version and launcher."
+                )
+        return capture
+
+    def _set_advantages(self, output, capture: _Capture | None):
+        """Build the `RolloutBatch`, run the advantage hook and the STILL shapers, and put the final advantages (and
+        the per-completion extras the loss reads) into TRL's `output`."""
+        batch = self._build_rollout_batch(output, capture)
         self._ran_hooks = set()
         advantages = self._compute_advantages(batch)
         self._check_hooks_ran("advantage", "`_compute_advantages` did not reach the method's override")
@@ -135,7 +146,7 @@ class RolloutMixin:
         self._replace_logged_advantages(advantages, batch)
         if self.args.debug_rollout_dir:
             self._dump_rollout(batch, advantages)
-        output.update(self._rollout_extras(batch, capture if need_rollout else None))
+        output.update(self._rollout_extras(batch, capture))
         return output
 
     def _dump_rollout(self, batch: RolloutBatch, advantages: torch.Tensor):

@@ -194,9 +194,10 @@ class VLLMMixin:
             self._request_vllm_prompt_logprobs()
 
     # ------------------------------------------------------------------ vLLM's log-probs
-    def _generate_and_score_completions(self, inputs):
-        self._vllm_prompt_logprobs = {}  # filled by this batch's `LLM.generate` calls (several with dynamic sampling)
-        return super()._generate_and_score_completions(inputs)
+    def _start_vllm_batch(self):
+        """Forget the previous batch's prompt log-probs; this batch's `LLM.generate` calls (several with dynamic
+        sampling) fill them again. The first step of `ExplorationGRPOTrainer._generate_and_score_completions`."""
+        self._vllm_prompt_logprobs = {}
 
     def _vllm_logps_are_trls(self) -> bool:
         """Whether vLLM's processed log-probs are TRL's `log_softmax(logits / temperature)` of the sampled token."""

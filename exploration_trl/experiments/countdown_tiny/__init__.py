@@ -19,13 +19,13 @@ Prompts are plain text (`"nums: 3 7 12\\ntarget: 33\\n"`); a completion is the b
 the `countdown` reward reads from the completion's last line.
 
 Modules, one job each: `task` (settings, problems, split, prompts), `sft` (the cached warm start), `rl` (RL, evaluation
-and the whole run), `report` (table, plot), `export` (`--sft-only --export`), `command` (the subcommand's flags);
-`experiments.countdown_sweep` is `--sweep`. Every public name is importable from this package.
+and the whole run), `report` (table, plot), `export` (`--sft-only --export`). Every public name is importable from
+this package. Above it: `experiments.countdown_sweep` (`--sweep`), `experiments.curves` (`--curves`) and the
+subcommand's flags and dispatch, `experiments.countdown_tiny_command`.
 """
 
 from __future__ import annotations
 
-from .command import DEFAULT_METHODS, main_from_args, register, settings_from_args
 from .export import EXPORT_INFO, export_command, export_sft, read_export_info
 from .report import _compact as _compact
 from .report import _plot as _plot
@@ -75,7 +75,6 @@ from .task import _value as _value
 
 __all__ = [
     "CACHE_VERSION",
-    "DEFAULT_METHODS",
     "EXPORT_INFO",
     "OPS",
     "SECTIONS",
@@ -101,18 +100,15 @@ __all__ = [
     "heldout_trajectory",
     "load_checkpoint",
     "log_eval",
-    "main_from_args",
     "make_problems",
     "prepare",
     "prompt_text",
     "quick_settings",
     "read_export_info",
-    "register",
     "render",
     "reward_trend",
     "rl_and_eval",
     "run_countdown",
-    "settings_from_args",
     "solutions",
     "train_rl",
     "train_sft",

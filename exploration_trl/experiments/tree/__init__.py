@@ -26,19 +26,12 @@ trains each method over a grid of strengths and draws its accuracy-diversity fro
 Results, runtimes and what each method did: docs/what_it_shows.md.
 
 Modules, one job each: `task` (the task, the policy model, the exact distribution), `train` (run settings, one run,
-every run), `report` (summary, table, plot), `command` (the subcommand's flags). Every public name is importable from
-this package.
+every run), `report` (summary, table, plot). Every public name is importable from this package. Above it:
+`experiments.tree_sweep` (`--sweep`) and the subcommand's flags and dispatch, `experiments.tree_command`.
 """
 
 from __future__ import annotations
 
-from .command import (
-    DEFAULT_METHODS,
-    DEFAULT_SEEDS,
-    main_from_args,
-    register,
-    settings_from_args,
-)
 from .report import format_table, plot_tree, summarise
 from .task import (
     DEFAULT_ACTIONS,
@@ -79,11 +72,9 @@ from .train import (
 __all__ = [
     "DEFAULT_ACTIONS",
     "DEFAULT_HORIZON",
-    "DEFAULT_METHODS",
     "DEFAULT_MODEL",
     "DEFAULT_NUM_GENERATIONS",
     "DEFAULT_REWARDING",
-    "DEFAULT_SEEDS",
     "DEFAULT_STEPS",
     "DEFAULT_SWEEP_SEEDS",
     "MASK_LOGIT",
@@ -106,13 +97,10 @@ __all__ = [
     "distribution_metrics",
     "exact_metrics",
     "format_table",
-    "main_from_args",
     "mask_output_head",
     "plot_tree",
-    "register",
     "run_tree",
     "sequence_log_probs",
-    "settings_from_args",
     "summarise",
     "train_one",
     "tree_generation_kwargs",

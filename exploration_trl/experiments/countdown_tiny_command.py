@@ -1,18 +1,22 @@
 """`exploration-trl countdown-tiny`: a small real reasoning task on a CPU.
 
 The subcommand: its flags, the settings they give, and the dispatch between one comparison (`rl.run_countdown`), a
-sweep (`countdown_sweep`) and the warm-start export (`export.export_sft`).
+sweep (`countdown_sweep`), the budget experiment (`curves`) and the warm-start export (`export.export_sft`). It sits
+above all of them (the `countdown_tiny` package, the sweep and the curves import the package, never this module).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import _common, frontier
-from .export import export_command, export_sft
-from .rl import run_countdown
-from .sft import default_cache_dir
-from .task import SETTINGS_TABLE, Settings, quick_settings
+from . import _common, frontier
+from .countdown_sweep import main_sweep
+from .countdown_tiny.export import export_command, export_sft
+from .countdown_tiny.rl import run_countdown
+from .countdown_tiny.sft import default_cache_dir
+from .countdown_tiny.task import SETTINGS_TABLE, Settings, quick_settings
+from .curves import add_arguments as add_curves_arguments
+from .curves import main_from_args as main_curves
 
 DEFAULT_METHODS = "grpo,grpo_entropy,progrpo,dsgrpo,casp,kl_cov"
 
@@ -69,8 +73,6 @@ def register(subparsers) -> None:
                    help="The budget experiment (experiments/curves.py): every setting trained from the shipped warm "
                         "start and evaluated on the held-out problems as it trains, at steps 0..1500; verdicts by the "
                         "rule of experiments/curves_rule.py. Writes curves.json and curves.png.")
-    from ..curves import add_arguments as add_curves_arguments  # a leaf module: it imports this package lazily
-
     add_curves_arguments(p)
     p.set_defaults(func=main_from_args)
 
@@ -110,8 +112,6 @@ def settings_from_args(args) -> Settings:
 
 def main_from_args(args) -> int:
     if getattr(args, "curves", False):
-        from ..curves import main_from_args as main_curves
-
         return main_curves(args)
     settings = settings_from_args(args)
     _common.check_positive(args.workers, "--workers")
@@ -131,9 +131,6 @@ def main_from_args(args) -> int:
               f"{info['heldout']['n_samples']} samples")
         return 0
     if args.sweep:
-        # Imported only here: `countdown_sweep` imports this package, which must not import it back while loading.
-        from ..countdown_sweep import main_sweep
-
         return main_sweep(args, settings, cache)
     if args.grid or args.rl_seeds:
         raise ValueError(f"{'--grid' if args.grid else '--rl-seeds'} applies to a sweep; add --sweep")

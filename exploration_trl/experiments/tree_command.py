@@ -1,16 +1,16 @@
 """`exploration-trl tree`: the multi-mode tree of CaSP (Sec. 4.3 / Fig. 5), trained with the real trainers.
 
 The subcommand: its flags, the settings they give, and the dispatch between one comparison (`train.run_tree`) and
-a sweep (`tree_sweep`).
+a sweep (`tree_sweep`). It sits above both (the `tree` package and the sweep import the package, never this module).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import _common, frontier
-from .task import DEFAULT_ACTIONS, DEFAULT_HORIZON, DEFAULT_REWARDING, TreeTask
-from .train import (
+from . import _common, frontier
+from .tree.task import DEFAULT_ACTIONS, DEFAULT_HORIZON, DEFAULT_REWARDING, TreeTask
+from .tree.train import (
     DEFAULT_NUM_GENERATIONS,
     DEFAULT_STEPS,
     DEFAULT_SWEEP_SEEDS,
@@ -21,6 +21,7 @@ from .train import (
     TrainSettings,
     run_tree,
 )
+from .tree_sweep import main_sweep
 
 DEFAULT_METHODS = "grpo,grpo_entropy,progrpo,dsgrpo,casp,kl_cov"
 DEFAULT_SEEDS = "0,1,2"
@@ -83,9 +84,6 @@ def main_from_args(args) -> int:
     _common.check_positive(args.workers, "--workers")
     _common.check_positive(args.threads, "--threads")
     if args.sweep:
-        # Imported only here: `tree_sweep` imports this package, which must not import it back while loading.
-        from ..tree_sweep import main_sweep
-
         return main_sweep(args, task, settings)
     if args.quick or args.grid:
         raise ValueError(f"{'--quick' if args.quick else '--grid'} applies to a sweep; add --sweep")

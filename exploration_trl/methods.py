@@ -1,0 +1,261 @@
+"""The method registry: one record per method (`MethodInfo`), declared once, next to the method's trainer and config.
+
+A method module under `exploration_trl/trainers/` decorates its trainer class with `@register_method(MethodInfo(...))`
+(the worked example: `docs/writing_a_method.md`). Every table that lists methods reads this registry: the trainers'
+`METHODS` and sides and their composition (`trainers/registry.py`), `exploration-trl train --help`, model cards (the
+trainer's name, the method section, the citations, the hyperparameter table) and the experiments' setting labels and
+published settings. `parse_method` is the one parser of method strings such as `progrpo+casp`.
+
+This module imports nothing from the package, so that every layer may read it, the model cards below the trainers
+included (a trainer writes its card). It therefore holds what has been registered so far: the built-in methods
+register when `exploration_trl.trainers` is imported (every trainer, config and `get_trainer_class` import it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "SIDES", "MethodInfo", "Paper", "arxiv_paper", "register_method", "register_shaping", "unregister",
+    "METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "method_info", "method_infos", "parse_method", "trainer_name",
+    "base_method", "shapings", "registered_papers",
+]
+
+#: What a method changes: "advantage" (the advantages, before the loss), "loss" (the per-token loss) or "none" (the
+#: plain GRPO trainer every method builds on). One advantage-side and one loss-side method compose.
+SIDES = ("none", "advantage", "loss")
+
+
+@dataclass(frozen=True)
+class Paper:
+    """A paper as cards cite it."""
+
+    key: str  #: BibTeX key
+    title: str
+    short: str  #: how the card names it in prose ("Cui et al., 2025")
+    url: str
+    bibtex: str
+
+
+def arxiv_paper(key: str, title: str, short: str, authors: Sequence[str], year: int, eprint: str,
+                primary: str | None = None) -> Paper:
+    """A `Paper` for an arXiv preprint, with its `@misc` BibTeX entry (only fields checked against the listing)."""
+    url = f"https://arxiv.org/abs/{eprint}"
+    lines = [
+        f"@misc{{{key},",
+        f"  title         = {{{{{title}}}}},",
+        f"  author        = {{{' and '.join(authors)}}},",
+        f"  year          = {{{year}}},",
+        f"  eprint        = {{{eprint}}},",
+        "  archivePrefix = {arXiv},",
+    ]
+    if primary:
+        lines.append(f"  primaryClass  = {{{primary}}},")
+    lines += [f"  url           = {{{url}}}", "}"]
+    return Paper(key, title, short, url, "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """Everything outside a method's trainer says about it.
+
+    `coefficients` maps the config keys that set the method's strength to +1 when raising the key raises the policy's
+    entropy (the keys the entropy controller may move, `entropy_band_knob`), or 0 when it is not one-signed.
+    """
+
+    name: str  #: the `method:` value
+    side: str  #: one of `SIDES`; "shaping" for a shaping (`register_shaping`)
+    display: str  #: the card's name for it, e.g. "ProGRPO (ARM)"
+    summary: str  #: one line for `exploration-trl train --help`
+    description: str  #: the card's sentence on what it does
+    paper: Paper
+    config_prefixes: tuple[str, ...] = ()  #: prefixes of its own config keys (cards, experiment labels)
+    metric_prefixes: tuple[str, ...] = ()  #: prefixes of the metrics it logs, e.g. ("casp/",)
+    coefficients: Mapping[str, int] = field(default_factory=dict)
+    published: Mapping[str, Any] = field(default_factory=dict)  #: the paper's setting of its own keys
+
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
+_METHODS: dict[str, tuple[MethodInfo, type]] = {}  # in registration order
+_SHAPINGS: dict[str, MethodInfo] = {}
+
+
+_OWNERS: dict[str, str] = {}  # name -> what registered it ("module.Class", or "shaping")
+
+
+def _claim(name: str, owner: str) -> None:
+    """Check `name` and record who registered it; the same owner again (a reloaded module) may replace its record."""
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(f"method name {name!r} must be lower-case letters, digits and '_' (it is a `method:` value, "
+                         "composed with '+')")
+    if _OWNERS.get(name, owner) != owner:
+        raise ValueError(f"method name {name!r} is already registered (by {_OWNERS[name]}); choose another name")
+    _OWNERS[name] = owner
+
+
+def register_method(info: MethodInfo):
+    """Class decorator: register the trainer class (its `config_class` is the config) under `info.name`.
+
+    It sets the class's `method_name` and, for an advantage- or loss-side method, its `hook = (side, name)` (the
+    hook that must run on every step, see `ExplorationGRPOTrainer._expected_hooks`). Registering the same class again
+    (a reloaded module) replaces the record.
+    """
+    if info.side not in SIDES:
+        raise ValueError(f"method {info.name!r}: side is {info.side!r}; choose one of {', '.join(SIDES)}")
+
+    def decorate(cls: type) -> type:
+        if getattr(cls, "config_class", None) is None:
+            raise ValueError(f"method {info.name!r}: {cls.__name__} has no `config_class`; set it to the method's "
+                             "config dataclass")
+        _claim(info.name, f"{cls.__module__}.{cls.__qualname__}")
+        cls.method_name = info.name
+        if info.side != "none":
+            cls.hook = (info.side, info.name)
+        _METHODS[info.name] = (info, cls)
+        return cls
+
+    return decorate
+
+
+def register_shaping(info: MethodInfo) -> MethodInfo:
+    """Register advantage shaping that any method may switch on with its config keys (no trainer of its own; its
+    `coefficients` switch it on when one is not 0). Cards cite it when it was on."""
+    if info.side != "shaping":
+        raise ValueError(f"shaping {info.name!r}: side is {info.side!r}; a shaping's side is 'shaping'")
+    _claim(info.name, "shaping")
+    _SHAPINGS[info.name] = info
+    return info
+
+
+def unregister(name: str) -> None:
+    """Remove a method (or shaping) from the registry: for tests and notebooks that register a throwaway one."""
+    _METHODS.pop(name, None)
+    _SHAPINGS.pop(name, None)
+    _OWNERS.pop(name, None)
+
+
+# ---------------------------------------------------------------------------------------------- reading it
+class _Methods(Mapping):
+    """`{name: (trainer class, config class)}` of the registered methods, in registration order; always current."""
+
+    def __getitem__(self, name: str) -> tuple[type, type]:
+        cls = _METHODS[name][1]
+        return cls, cls.config_class
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_METHODS))
+
+    def __len__(self) -> int:
+        return len(_METHODS)
+
+    def __repr__(self) -> str:
+        return f"METHODS({', '.join(_METHODS)})"
+
+
+class _Side(Sequence):
+    """The names of the registered methods of one side, in registration order; always current."""
+
+    def __init__(self, side: str):
+        self.side = side
+
+    def _names(self) -> list[str]:
+        return [name for name, (info, _) in _METHODS.items() if info.side == self.side]
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+METHODS: Mapping[str, tuple[type, type]] = _Methods()
+ADVANTAGE_SIDE: Sequence[str] = _Side("advantage")
+LOSS_SIDE: Sequence[str] = _Side("loss")
+
+
+def _need_registered() -> None:
+    if not _METHODS:
+        raise ValueError("no method is registered yet: import exploration_trl.trainers (it registers the built-in "
+                         "methods), or the module of your own method, first")
+
+
+def _example() -> str:
+    adv, loss = list(ADVANTAGE_SIDE), list(LOSS_SIDE)
+    return f"{adv[0]}+{loss[0]}" if adv and loss else "ADVANTAGE+LOSS"
+
+
+def parse_method(method: str) -> tuple[str, ...]:
+    """Split `'progrpo+casp'` into its parts, checking names and that at most one of each side is used.
+
+    Returns the parts in canonical order (advantage side first); a `none`-side method (GRPO) stands alone.
+    """
+    _need_registered()
+    parts = tuple(p.strip().lower() for p in str(method).split("+") if p.strip())
+    allowed = f"{', '.join(_METHODS)} (or advantage+loss, e.g. {_example()})"
+    if not parts:
+        raise ValueError(f"method is empty; choose one of: {allowed}")
+    for p in parts:
+        if p not in _METHODS:
+            raise ValueError(f"unknown method '{p}'; choose one of: {allowed}")
+    plain = [p for p in parts if _METHODS[p][0].side == "none"]
+    if plain and len(parts) > 1:
+        raise ValueError(f"method '{plain[0]}' cannot be combined; name the methods to compose, e.g. {_example()}")
+    adv = [p for p in parts if p in ADVANTAGE_SIDE]
+    loss = [p for p in parts if p in LOSS_SIDE]
+    if len(adv) > 1 or len(loss) > 1:
+        raise ValueError(
+            f"method '{method}' combines {len(adv)} advantage-side and {len(loss)} loss-side methods; use at most one "
+            f"of {', '.join(ADVANTAGE_SIDE)} and one of {', '.join(LOSS_SIDE)}"
+        )
+    return tuple(adv + loss) or tuple(plain)
+
+
+def method_info(name: str) -> MethodInfo:
+    """The record of one registered method or shaping (`name` has no '+')."""
+    if name in _SHAPINGS:
+        return _SHAPINGS[name]
+    parse_method(name)  # one-line error for an unknown name
+    return _METHODS[name][0]
+
+
+def method_infos(method: str | None) -> list[MethodInfo]:
+    """The records of a method string's parts, in canonical order: `'casp+progrpo'` -> [ProGRPO's, CaSP's];
+    None is the base method."""
+    if method is None:
+        return [base_method()]
+    return [_METHODS[p][0] for p in parse_method(method)]
+
+
+def trainer_name(method: str) -> str:
+    """The trainer class name of `method`; a composition joins its parts' names (`ProGRPOCaSPTrainer`), as
+    `trainers.registry` names the composed class."""
+    classes = [_METHODS[p][1] for p in parse_method(method)]
+    if len(classes) == 1:
+        return classes[0].__name__
+    return "".join(c.__name__.removesuffix("Trainer") for c in classes) + "Trainer"
+
+
+def base_method() -> MethodInfo:
+    """The plain trainer every method builds on (the first registered: each method's module imports it first)."""
+    _need_registered()
+    return next(iter(_METHODS.values()))[0]
+
+
+def shapings() -> list[MethodInfo]:
+    """The registered shapings, in registration order."""
+    return list(_SHAPINGS.values())
+
+
+def registered_papers() -> dict[str, Paper]:
+    """`{BibTeX key: Paper}` of every registered method and shaping."""
+    infos = [info for info, _ in _METHODS.values()] + list(_SHAPINGS.values())
+    return {info.paper.key: info.paper for info in infos}
