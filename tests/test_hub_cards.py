@@ -505,7 +505,7 @@ def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps):
     def series(key):
         return [(e["step"], e[key]) for e in history if key in e]
 
-    static = [BASE, METHOD_PAPERS["pkpo"][1], resolve_dataset("countdown-tiny")[1], *outcome_notes(outcome)]
+    static = [BASE, method_info("pkpo").description, resolve_dataset("countdown-tiny")[1], *outcome_notes(outcome)]
     lines = _prose(body, static)
     checked = set()
     for line in lines:

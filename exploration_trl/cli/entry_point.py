@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
             importlib.import_module(module).register(sub)
         except ImportError:
             continue
+    # Subcommands that run `train` per job (`confirm`'s `task: train`) get how to call it from here: experiments/ sit
+    # below the CLI and never import it.
+    for command in sub.choices.values():
+        command.set_defaults(train_argv=[sys.executable, "-m", __package__, "train"])
     # Listed from the registered subcommands, so a new one cannot be left out.
     parser.description = f"exploration-trl command line: {', '.join(sub.choices)}."
     return parser

@@ -97,7 +97,15 @@ def main_from_args(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    from ...cli.entry_point import main
+def main(argv: list[str] | None = None) -> int:
+    """`python -m exploration_trl.experiments.confirmatory.command` (the same as `exploration-trl confirm`)."""
+    import argparse
 
-    raise SystemExit(main(["confirm", *sys.argv[1:]]))
+    parser = argparse.ArgumentParser(prog="python -m exploration_trl.experiments.confirmatory.command")
+    register(parser.add_subparsers())
+    args = parser.parse_args(["confirm", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

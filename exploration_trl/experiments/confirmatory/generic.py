@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from functools import reduce
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,10 @@ from .. import _common
 from . import analysis, runner
 
 
-def _command(cfg: dict, setting: dict, seed: int, run_dir: Path, last: str | None) -> list[str]:
+def _command(train_argv: list[str], cfg: dict, setting: dict, seed: int, run_dir: Path, last: str | None) -> list[str]:
     steps = sorted(int(s) for s in setting["steps"])
     period = reduce(math.gcd, [s for s in steps if s > 0])
-    cmd = [sys.executable, "-m", "exploration_trl.cli", "train", "--config", str(cfg["train_config"]),
+    cmd = [*train_argv, "--config", str(cfg["train_config"]),
            "--method", setting["method"], "--seed", str(seed), "--output_dir", str(run_dir),
            "--eval_seed", str(cfg["eval"]["seed"]), "--eval_n", str(cfg["eval"]["n_samples"]),
            "--eval_strategy", "steps", "--eval_steps", str(period), "--eval_on_start", str(0 in steps).lower(),
@@ -41,6 +40,11 @@ def run_generic(cfg: dict[str, Any], output: Path, args, log) -> int:
 
     if "train_config" not in cfg or "eval" not in cfg or "seed" not in cfg["eval"] or "n_samples" not in cfg["eval"]:
         raise ValueError("task: train needs `train_config` and `eval: {seed, n_samples}` in the protocol YAML")
+    # How to call `train` comes from the command line that runs us (`cli.entry_point` passes it down: experiments/
+    # never import the CLI above them).
+    train_argv = getattr(args, "train_argv", None)
+    if not train_argv:
+        raise ValueError("task: train runs through `exploration-trl confirm` (it calls `exploration-trl train` per run)")
     n = int(cfg["eval"]["n_samples"])
     for label, seed in runner.plan(cfg):
         setting = next(s for s in cfg["settings"] if s["label"] == label)
@@ -51,7 +55,7 @@ def run_generic(cfg: dict[str, Any], output: Path, args, log) -> int:
         last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
         log(f"[confirm] {cfg['name']}: {label} seed {seed} ({'resuming' if last else 'starting'})")
         if not args.analyse_only:
-            subprocess.run(_command(cfg, setting, seed, run_dir, last), check=True)
+            subprocess.run(_command(train_argv, cfg, setting, seed, run_dir, last), check=True)
         last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
         if last is None:
             continue
