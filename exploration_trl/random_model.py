@@ -38,14 +38,15 @@ def load_config(name: str):
     return AutoConfig.for_model(values.pop("model_type"), **values)
 
 
-def build_random_model(name: str, dtype: torch.dtype = torch.bfloat16, seed: int = 0, device=None):
-    """`(model, tokenizer)`: architecture `name` at random weights (deterministic for `seed`), stand-in tokenizer."""
+def build_random_model(name: str, dtype: torch.dtype = torch.bfloat16, seed: int = 0, device=None, tokenizer=None):
+    """`(model, tokenizer)`: architecture `name` at random weights (deterministic for `seed`), stand-in tokenizer
+    (`tokenizer`: one built before for the same architecture, reused; a 152k vocabulary takes seconds to build)."""
     from transformers import AutoModelForCausalLM
 
     from .toy import IM_END, build_toy_tokenizer
 
     config = load_config(name)
-    tokenizer = build_toy_tokenizer(vocab_size=config.vocab_size)
+    tokenizer = tokenizer or build_toy_tokenizer(vocab_size=config.vocab_size)
     config.pad_token_id, config.bos_token_id = tokenizer.pad_token_id, tokenizer.bos_token_id
     config.eos_token_id = tokenizer.eos_token_id
     with torch.random.fork_rng(devices=[]), torch.device(device or "cpu"):

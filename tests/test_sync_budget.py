@@ -104,3 +104,21 @@ def test_counter_sees_every_kind_of_sync():
     assert some["syncs"] == 5, some["by_op"]
     assert {"aten::item", "aten::is_nonzero", "aten::nonzero", "Tensor.tolist", "aten::equal"} == set(some["by_op"])
     assert "aten::_local_scalar_dense" in SYNC_OPS
+
+
+def test_metric_queue_reads_everything_in_one_copy_and_keeps_the_order():
+    """Queued `(sum, count)` pairs, device scalars and numbers mixed, come back as `sum / count` per name in the
+    order queued; a name whose count is 0 is skipped; values to reduce go through `reduce_sum`, the others do not."""
+    import torch
+
+    from exploration_trl.trainers.metric_queue import MetricQueue
+
+    queue = MetricQueue()
+    queue.add("train", {"a": (torch.tensor(3.0), 2.0), "b": (0.0, torch.tensor(0))})
+    queue.add("train", {"g": (torch.tensor(0.75, dtype=torch.float64), 1.0)}, reduce=False)
+    queue.add("eval", {"a": (5.0, torch.tensor(True)), "b": (torch.tensor(1.5), torch.tensor(3.0))})
+    with count_syncs() as counted:
+        drained = queue.drain("cpu", lambda x: 2 * x)  # as if two processes held the same values
+    assert counted["syncs"] == 1, counted["by_op"]
+    assert drained == [("train", "a", 1.5), ("train", "g", 0.75), ("eval", "a", 5.0), ("eval", "b", 0.5)]
+    assert len(queue) == 0 and queue.drain("cpu", lambda x: x) == []
