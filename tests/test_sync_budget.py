@@ -122,3 +122,20 @@ def test_metric_queue_reads_everything_in_one_copy_and_keeps_the_order():
     assert counted["syncs"] == 1, counted["by_op"]
     assert drained == [("train", "a", 1.5), ("train", "g", 0.75), ("eval", "a", 5.0), ("eval", "b", 0.5)]
     assert len(queue) == 0 and queue.drain("cpu", lambda x: x) == []
+
+
+def test_checkpoint_inside_a_logging_window_keeps_the_queued_metrics(ckpt, tmp_path):
+    """A checkpoint between two logs stores the window's metrics for the resumed run (`ResumeMixin`); the queued
+    device values are in them (here CaSP's and the entropy split of the one step before the checkpoint)."""
+    import torch
+
+    from exploration_trl.trainers.resume import STATE_FILE
+
+    cls = et.get_trainer_class("casp")
+    args = cls.config_class(**grpo_kwargs(tmp_path, max_steps=1, logging_steps=5, save_strategy="steps",
+                                          save_steps=1))
+    trainer = cls(model=ckpt, reward_funcs=letter_reward, args=args, train_dataset=toy_dataset())
+    trainer.train()
+    state = torch.load(tmp_path / "checkpoint-1" / STATE_FILE.format(0), weights_only=True)
+    assert {"casp/forking_frac", "casp/active", "exploration/entropy_wrong"} <= set(state["metrics"])
+    assert state["metrics"]["casp/active"] == [1.0]

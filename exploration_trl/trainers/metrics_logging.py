@@ -91,6 +91,12 @@ class ExplorationMetricsMixin:
         self._flush_device_metrics()  # TRL's `log` averages `_metrics`: the queued values must be in it
         super().log(logs, start_time)
 
+    def _save_checkpoint(self, model, trial) -> None:
+        # A checkpoint keeps the logging window's `_metrics` (`ResumeMixin._resume_state`), so a resumed run logs the
+        # same averages: the queued values go into it first. Every process saves, so the collective is safe here.
+        self._flush_device_metrics()
+        super()._save_checkpoint(model, trial)
+
     def _step_will_log(self) -> bool:
         """Whether the optimizer step in progress ends in a log (HF's `DefaultFlowCallback` rule).
 
