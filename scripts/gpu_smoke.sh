@@ -2,18 +2,24 @@
 # GPU smoke test: one short training run per method (full fine-tuning and LoRA, bf16, vLLM colocate when
 # `import vllm` works) and a short `exploration-trl eval`, then a pass/fail table. Exit status 1 if anything failed.
 #
-#   scripts/gpu_smoke.sh                       # all methods, full + LoRA, Qwen/Qwen2.5-0.5B-Instruct
+#   scripts/gpu_smoke.sh                       # all methods, full + LoRA, Qwen2.5-0.5B's architecture, no network
+#   SMOKE_MODEL=Qwen/Qwen2.5-0.5B-Instruct scripts/gpu_smoke.sh      # the real model (Hub id or local dir)
 #   SMOKE_METHODS="casp progrpo+casp" SMOKE_VARIANTS=lora scripts/gpu_smoke.sh
 #
 # Run it after upgrading TRL / vLLM / transformers / accelerate, on a new cluster or CUDA image, and before a long
-# run with a new model. CI does not run it (it needs a GPU and downloads a model and GSM8K from the Hub).
+# run with a new model. By default it needs no network: the model is Qwen2.5-0.5B's architecture at random weights,
+# built from the config the package ships (`exploration_trl.random_model`, with a stand-in tokenizer), and the
+# training and eval problems are the shipped GSM8K test problems. CI runs a tiny CPU form of it
+# (tests/test_offline_device_checks.py: SMOKE_MODEL=random:toy SMOKE_ALLOW_CPU=1).
 #
 # Environment (all optional):
-#   SMOKE_MODEL=Qwen/Qwen2.5-0.5B-Instruct   any causal LM id or local dir (LoRA targets q/k/v/o_proj)
+#   SMOKE_MODEL=random:qwen2.5-0.5b          random:NAME (a shipped architecture at random weights: qwen2.5-0.5b,
+#                                            toy), or any causal LM id or local dir (LoRA targets q/k/v/o_proj)
 #   SMOKE_METHODS="grpo progrpo dsgrpo casp kl_cov clip_cov"
 #   SMOKE_VARIANTS="full lora"
 #   SMOKE_VLLM=auto                          auto (colocate if `import vllm` works), 1 (require it) or 0 (off)
-#   SMOKE_DATA=gsm8k                         gsm8k (the recipes' Hub data + math rewards) or countdown (built in)
+#   SMOKE_DATA=gsm8k                         gsm8k (the shipped GSM8K problems + math rewards), hub (the recipes'
+#                                            Hub GSM8K) or countdown (built in)
 #   SMOKE_MAX_STEPS=2  SMOKE_MAX_COMPLETION_LENGTH=128
 #   SMOKE_EVAL=1                             0 skips the eval runs
 #   SMOKE_OUT=<new temp dir>                 outputs and one log per run
@@ -24,7 +30,7 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
-MODEL="${SMOKE_MODEL:-Qwen/Qwen2.5-0.5B-Instruct}"
+MODEL="${SMOKE_MODEL:-random:qwen2.5-0.5b}"
 METHODS="${SMOKE_METHODS:-grpo progrpo dsgrpo casp kl_cov clip_cov}"
 VARIANTS="${SMOKE_VARIANTS:-full lora}"
 MAX_STEPS="${SMOKE_MAX_STEPS:-2}"
@@ -63,6 +69,18 @@ for name in ("torch", "transformers", "trl", "accelerate", "peft", "vllm", "deep
 print("versions:", ", ".join(parts))
 print("device:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
 PY
+if [[ "$MODEL" == random:* ]]; then  # build the architecture at random weights, offline, once per output folder
+  dtype=bfloat16; [[ $ON_CPU == 1 ]] && dtype=float32
+  # The folder is the last line printed (a library may print a notice before it).
+  built="$("$PYTHON" -m exploration_trl.random_model "${MODEL#random:}" "$OUT/model-${MODEL#random:}" --dtype "$dtype" \
+           | tail -n 1)" || { echo "error: could not build $MODEL" >&2; exit 2; }
+  echo "model: $MODEL at random weights, stand-in tokenizer -> $built"
+  MODEL="$built"
+fi
+case "$DATA" in
+  gsm8k|hub|countdown) ;;
+  *) echo "error: SMOKE_DATA must be gsm8k, hub or countdown" >&2; exit 2 ;;
+esac
 echo "model: $MODEL   vLLM colocate: $USE_VLLM   data: $DATA   outputs: $OUT"
 
 # --- runs --------------------------------------------------------------------------------------------
@@ -88,6 +106,8 @@ train_cmd() {  # train_cmd METHOD VARIANT RUN_DIR
   if [[ "$DATA" == "countdown" ]]; then
     cmd+=(--dataset_name countdown --dataset_prompt_column prompt --reward_funcs countdown --reward_kwargs '{}'
           --reward_weights 1.0)
+  elif [[ "$DATA" == "gsm8k" ]]; then  # the shipped problems: their prompt already asks for a boxed answer
+    cmd+=(--dataset_name gsm8k --dataset_prompt_column prompt --dataset_prompt_template '')
   fi
   if [[ $ON_CPU == 1 ]]; then
     cmd+=(--bf16 false --use_cpu true --dtype float32)
@@ -138,8 +158,10 @@ done
 if [[ "${SMOKE_EVAL:-1}" == "1" ]]; then
   eval_run() {  # eval_run NAME MODEL
     local name="$1" model="$2" dir="$OUT/$1" log="$OUT/$1.log"
-    local cmd=("$PYTHON" -m exploration_trl.cli eval --model "$model" --benchmark gsm8k --limit 8 --n 4
-               --max-tokens "$(( MAX_LEN * 2 ))" --output-dir "$dir" --no-semantic --quiet)
+    # The shipped GSM8K problems; 4 problems x 4 samples of at most MAX_LEN tokens keep it to seconds (a random
+    # model never stops early, so every sample runs to the limit).
+    local cmd=("$PYTHON" -m exploration_trl.cli eval --model "$model" --benchmark gsm8k --limit 4 --n 4
+               --max-tokens "$MAX_LEN" --output-dir "$dir" --no-semantic --quiet)
     echo "\$ $(printf '%q ' "${cmd[@]}")" >"$log"
     local start=$SECONDS
     if "${cmd[@]}" >>"$log" 2>&1 && [[ -f "$dir/results.json" ]]; then

@@ -1,4 +1,5 @@
-"""`gather_rows` across 2 real gloo processes: different widths, both padding sides, mixed dtypes.
+"""`gather_rows` across 2 real gloo processes: different widths, both padding sides, mixed dtypes; and the global
+Clip-Cov selection's k-th key across them.
 
 The bug it guards against: accelerate's `pad_across_processes` adds a float pad value to an int mask, which turns
 the mask into float32 on the one process that pads; gloo then aborts ("Received data size doesn't match expected
@@ -11,7 +12,11 @@ import socket
 import torch
 import torch.multiprocessing as mp
 
+from types import SimpleNamespace
+
+from exploration_trl.ops.hashing import stream, unique_keys
 from exploration_trl.trainers._collectives import gather_rows, pad_to
+from exploration_trl.trainers.cov_global import GlobalCovSelectionMixin
 
 
 def _free_port() -> int:
@@ -32,7 +37,16 @@ def _worker(rank: int, port: int, out_dir: str):
     logps = torch.full((2, width), -1.0 - rank, dtype=torch.bfloat16 if rank else torch.float32)
     prompt = torch.arange(width).repeat(2, 1) + 10 * rank
     flags = torch.tensor([True, rank == 1])
+    # cov_selection: global's k-th smallest Clip-Cov key: each process holds half of the rows' keys.
+    keys = unique_keys(torch.arange(64).view(8, 8)[rank * 4:(rank + 1) * 4], stream(7, 1))
+    never = torch.iinfo(torch.int64).max
+    candidates = (torch.arange(32).view(4, 8) + 32 * rank) % 3 != 0
+    fake = SimpleNamespace(accelerator=SimpleNamespace(num_processes=2))
+    kth = {k: GlobalCovSelectionMixin._global_kth(fake, torch.where(candidates, keys, never).reshape(-1), k, False)
+           for k in (1, 5, 21)}
     results = {
+        "cut": torch.stack([(candidates & (keys <= t)).sum() for t in kth.values()]),
+        "kth": torch.stack(list(kth.values())),
         "mask": gather_rows(mask, 2, pad_dim=1, pad_value=0.0),
         "logps": gather_rows(logps, 2, pad_dim=1),
         "prompt_left": gather_rows(prompt, 2, pad_dim=1, pad_value=-1, pad_side="left"),
@@ -47,7 +61,15 @@ def test_gather_rows_two_processes(tmp_path):
     mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     for key in r0:
-        assert torch.equal(r0[key], r1[key]), key  # every process sees the same global tensor
+        if key != "cut":
+            assert torch.equal(r0[key], r1[key]), key  # every process sees the same global tensor
+    # The k-th smallest key over both processes is the one process's k-th smallest (int64 keys travel exactly), and
+    # the two processes together cut exactly k candidates (the float32 wire lost one; issue 38 item 8).
+    keys = unique_keys(torch.arange(64).view(8, 8), stream(7, 1))
+    candidates = torch.arange(64).view(8, 8) % 3 != 0
+    alone = keys[candidates].sort().values
+    assert r0["kth"].tolist() == [alone[k - 1].item() for k in (1, 5, 21)]
+    assert (r0["cut"] + r1["cut"]).tolist() == [1, 5, 21]
     assert r0["mask"].dtype == torch.long
     assert r0["mask"].tolist() == [[1, 1, 1, 0, 0]] * 2 + [[1] * 5] * 2
     assert r0["logps"].dtype == torch.float32  # bf16 on one process, float32 on the other: float32 on the wire

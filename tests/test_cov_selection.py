@@ -13,7 +13,7 @@ import torch
 
 import exploration_trl as et
 from exploration_trl.core.losses import token_covariance
-from helpers import toy_checkpoint, train
+from helpers import toy_checkpoint, toy_dataset, train
 
 
 def reward(completions, **kwargs):
@@ -93,3 +93,78 @@ def test_global_selection_spans_the_micro_batches_of_a_step(method, ckpt, tmp_pa
     if method == "kl_cov":  # the official per-micro-batch choice picks top tokens of each half instead
         local = _first_step_selection(method, "local", 2, ckpt, tmp_path / "l2", monkeypatch, **SETTINGS[method])
         assert len(local) >= 2 and local != one
+
+
+def _global_clip_cov_trainer(ckpt, path, **kwargs):
+    cls = et.get_trainer_class("clip_cov")
+    args = cls.config_class(output_dir=str(path), per_device_train_batch_size=8, num_generations=4,
+                            steps_per_generation=1, max_completion_length=16, report_to=[], use_cpu=True,
+                            cov_selection="global", clip_cov_lb=-1e9, clip_cov_ub=1e9, seed=3, **kwargs)
+    return cls(model=ckpt, reward_funcs=reward, args=args, train_dataset=toy_dataset())
+
+
+def _terms(generator, micro_batches=2, rows=4, width=16):
+    """Micro-batches of rows with random lengths (at least one valid token in all), on-policy: every valid token is
+    a Clip-Cov candidate under an unbounded window."""
+    terms = []
+    for m in range(micro_batches):
+        lengths = torch.randint(0, width + 1, (rows,), generator=generator)
+        valid = torch.arange(width)[None] < lengths[:, None]
+        lp = -torch.rand(rows, width, generator=generator)
+        terms.append({"lp": lp, "a": torch.randn(rows, 1, generator=generator).expand(rows, width), "valid": valid,
+                      "inputs": {"exploration_row": torch.arange(m * rows, (m + 1) * rows)}})
+    if not any(t["valid"].any() for t in terms):
+        terms[0]["valid"][0, 0] = True
+    return terms
+
+
+def test_global_clip_cov_cuts_exactly_the_drawn_number_of_tokens(ckpt, tmp_path):
+    """Issue 38 item 8: float64 keys rounded to float32 on the wire lost the n-th key in about half of the draws, and
+    every draw of n = 1. The keys are distinct integers now: every trial cuts exactly min(max(1, int(N r)), N_cand)."""
+    trainer = _global_clip_cov_trainer(ckpt, tmp_path, clip_cov_ratio=0.1)
+    generator = torch.Generator().manual_seed(0)
+    wrong = []
+    for trial in range(2000):
+        trainer.state.global_step = trial  # new keys on every trial
+        trainer.args.clip_cov_ratio = (0.0, 0.01, 0.1, 0.37, 1.0)[trial % 5]  # n_sel from 1 to every candidate
+        terms = _terms(generator)
+        covs = [core_loss_cov(t) for t in terms]
+        n = sum(t["valid"].sum() for t in terms).double()
+        selected = trainer._cov_select_global(terms, covs, n)
+        expected = min(max(1, int(int(n) * trainer.args.clip_cov_ratio)), int(n))
+        got = int(sum(s.sum() for s in selected))
+        if got != expected or any((s & ~t["valid"]).any() for s, t in zip(selected, terms, strict=True)):
+            wrong.append((trial, got, expected))
+    assert wrong == []
+
+
+def core_loss_cov(term):
+    return token_covariance(term["lp"], term["a"], term["valid"])
+
+
+def test_global_clip_cov_keys_follow_the_token_not_the_split(ckpt, tmp_path):
+    """A token's key depends on (seed, step, row, position) only: the rows of one micro-batch, split in two, keep
+    their keys; another step or seed draws new ones; the keys are distinct and never negative."""
+    trainer = _global_clip_cov_trainer(ckpt, tmp_path)
+    trainer.state.global_step = 5
+    whole = trainer._clip_cov_keys(torch.arange(8), 16)
+    halves = torch.cat([trainer._clip_cov_keys(torch.arange(0, 4), 16), trainer._clip_cov_keys(torch.arange(4, 8), 16)])
+    assert torch.equal(whole, halves)
+    assert whole.dtype == torch.int64 and bool((whole >= 0).all()) and whole.unique().numel() == whole.numel()
+    assert torch.equal(trainer._clip_cov_keys(torch.arange(8), 12), whole[:, :12])  # a shorter batch: same prefix
+    trainer.state.global_step = 6
+    assert (trainer._clip_cov_keys(torch.arange(8), 16) != whole).float().mean() > 0.99
+    # Ranks are uniform: over many rows each position is cut equally often (no bias to early or late tokens).
+    trainer.state.global_step = 0
+    keys = trainer._clip_cov_keys(torch.arange(4000), 16)
+    first = (keys == keys.min(dim=1, keepdim=True).values).float().mean(dim=0)
+    assert float((first - 1 / 16).abs().max()) < 0.02
+
+
+def test_global_key_width_error_names_the_fix(ckpt, tmp_path):
+    trainer = _global_clip_cov_trainer(ckpt, tmp_path)
+    trainer.args.generation_batch_size = 2**20
+    trainer.args.max_completion_length = 4096
+    with pytest.raises(ValueError, match=r"cov_selection: global numbers tokens up to 2\^31; generation_batch_size "
+                                         r"\(1048576\) x max_completion_length \(4096\) is larger"):
+        trainer._clip_cov_keys(torch.arange(2), 8)

@@ -38,6 +38,8 @@ SHIPPED_DATA = (
     "exploration_trl/data/benchmarks/HumanEval.jsonl.gz",
     "exploration_trl/data/benchmarks/LICENSES.md",
     "exploration_trl/data/benchmarks/SOURCES.md",
+    "exploration_trl/data/model_configs/qwen2.5-0.5b.json",
+    "exploration_trl/data/model_configs/toy.json",
     "exploration_trl/hub/templates/model_card.md.j2",
     "exploration_trl/data/warm_start/countdown_tiny/model.safetensors",
     "exploration_trl/data/warm_start/countdown_tiny/config.json",

@@ -186,22 +186,22 @@ def clip_cov_select(
     high-covariance tokens limits entropy collapse without the bias of always dropping the top ones.
     """
     valid = as_valid(mask)
-    selected = torch.zeros(valid.shape, dtype=torch.bool, device=valid.device)
-    n_valid = int(valid.sum().item())
-    if n_valid == 0:
-        return selected
     _, log_ratio, a = _log_ratio_terms(logps.detach(), old_logps, advantages.detach(), valid)
     pg1, pg2 = _clipped_surrogates(log_ratio, a, epsilon_low, epsilon_high)
     cov = token_covariance(logps, a, valid)
-    candidates = valid & ~(pg2 > pg1) & (cov > cov_lb) & (cov < cov_ub)
-    idx = torch.nonzero(candidates.reshape(-1), as_tuple=False).squeeze(-1)
-    n_cand = idx.numel()
-    if n_cand == 0:
-        return selected
+    candidates = (valid & ~(pg2 > pg1) & (cov > cov_lb) & (cov < cov_ub)).reshape(-1)
+    # The one host read: both counts together (the draw's size and the number drawn depend on them).
+    n_valid, n_cand = torch.stack([valid.sum(), candidates.sum()]).tolist()
+    if n_valid == 0 or n_cand == 0:
+        return torch.zeros(valid.shape, dtype=torch.bool, device=valid.device)
     n_sel = min(max(1, int(n_valid * clip_cov_ratio)), n_cand)
     perm_device = generator.device if generator is not None else torch.device("cpu")
-    perm = torch.randperm(n_cand, generator=generator, device=perm_device)[:n_sel].to(idx.device)
-    return selected.reshape(-1).index_fill(0, idx[perm], True).reshape(valid.shape)
+    perm = torch.randperm(n_cand, generator=generator, device=perm_device)[:n_sel]
+    # Candidate number c (row-major) is drawn when c is among the first n_sel of the permutation.
+    drawn = torch.zeros(n_cand, dtype=torch.bool, device=valid.device)
+    drawn[perm.to(valid.device, non_blocking=True)] = True
+    ordinal = (candidates.cumsum(0) - 1).clamp(min=0)
+    return (candidates & drawn[ordinal]).reshape(valid.shape)
 
 
 def clip_cov_per_token_loss(

@@ -149,14 +149,19 @@ def branching_factor(
 
     head = lp.topk(min(vocab, _HEAD_K), dim=-1).values.to(compute_dtype).exp().cumsum(dim=-1)
     out[:] = (head < target).sum(dim=-1) + 1
-    rest = (head[:, -1] < target).nonzero(as_tuple=True)[0] if vocab > _HEAD_K else head.new_empty(0).long()
-    if rest.numel():
-        out[rest] = _bucketed_top_p_count(lp[rest], target, compute_dtype)
+    if vocab > _HEAD_K:
+        # Every row goes through the buckets (no host read to pick the unsettled ones); the head's count stands
+        # where the top `_HEAD_K` candidates reach the target.
+        settled = head[:, -1] >= target
+        out = torch.where(settled, out, _bucketed_top_p_count(lp, target, compute_dtype))
     return out.clamp(min=1, max=vocab).reshape(lead)
 
 
 def _bucketed_top_p_count(lp: torch.Tensor, target: float, dtype: torch.dtype) -> torch.Tensor:
-    """`branching_factor` for rows the head did not settle: per-bucket masses, then one small sort per row."""
+    """`branching_factor` by buckets: per-bucket masses, then the crossing bucket's tokens ordered, every row at once.
+
+    One host read: the largest crossing bucket over the rows, which sizes the partial sort.
+    """
     rows, vocab = lp.shape
     hi = lp.amax(dim=-1, keepdim=True)
     lo = torch.where(lp == -float("inf"), hi, lp).amin(dim=-1, keepdim=True)  # lowest finite log-probability
@@ -171,19 +176,22 @@ def _bucketed_top_p_count(lp: torch.Tensor, target: float, dtype: torch.dtype) -
     )
     # mass_from[j]: mass of buckets >= j. The crossing bucket is the highest one whose mass from the top reaches
     # the target (none: the row never reaches it, and every token counts).
-    mass_from = mass.flip(-1).cumsum(-1).flip(-1)
+    mass_from = torch.cat([mass.flip(-1).cumsum(-1).flip(-1), mass.new_zeros(rows, 1)], dim=-1)
+    count_from = torch.cat([count.flip(-1).cumsum(-1).flip(-1), count.new_zeros(rows, 1)], dim=-1)
     idx = torch.arange(_BUCKETS, device=lp.device).expand(rows, -1)
-    crossing = torch.where(mass_from >= target, idx, torch.full_like(idx, -1)).amax(dim=-1)
-    count_from = count.flip(-1).cumsum(-1).flip(-1)
-    result = torch.full((rows,), vocab, dtype=torch.long, device=lp.device)
-    for r in (crossing >= 0).nonzero(as_tuple=True)[0].tolist():
-        j = int(crossing[r])
-        above_mass = mass_from[r, j + 1] if j + 1 < _BUCKETS else mass.new_zeros(())
-        above_count = count_from[r, j + 1] if j + 1 < _BUCKETS else 0
-        inside = probs[r][bucket[r] == j].sort(descending=True).values
-        needed = ((above_mass + inside.cumsum(0)) < target).sum() + 1
-        result[r] = above_count + needed.clamp(max=inside.numel())
-    return result
+    crossing = torch.where(mass_from[:, :-1] >= target, idx, torch.full_like(idx, -1)).amax(dim=-1)
+    reached = crossing >= 0
+    j = crossing.clamp(min=0)[:, None]
+    above_mass, above_count = mass_from.gather(1, j + 1), count_from.gather(1, j + 1)
+    in_bucket = (bucket == j) & reached[:, None]
+    n_in = count.gather(1, j).squeeze(1) * reached
+    width_in = int(n_in.max()) if rows else 0  # the one host read
+    inside = torch.where(in_bucket, probs, probs.new_full((), -1.0)).topk(max(width_in, 1), dim=-1).values
+    real = torch.arange(inside.size(1), device=lp.device) < n_in[:, None]
+    cum = above_mass + torch.where(real, inside, 0.0).cumsum(-1)
+    needed = ((cum < target) & real).sum(dim=-1) + 1
+    counted = above_count.squeeze(1) + torch.minimum(needed, n_in)
+    return torch.where(reached, counted, torch.full_like(counted, vocab))
 
 
 def rank_logprobs(logprobs: torch.Tensor, n: int = 3) -> torch.Tensor:

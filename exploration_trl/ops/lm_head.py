@@ -20,9 +20,20 @@ DEFAULT_CHUNK_ROWS = 64
 CHUNK_ELEMENTS = 2**21
 
 
+#: The no-grad metrics on logging steps (`token_statistics` with `top_p`) take rows of up to this many logits: few
+#: chunks mean few host reads (the top-p count reads one number per chunk), while each float64 vocabulary buffer stays
+#: at 32 MB (all of 64 sampled tokens in one chunk up to a 64k vocabulary, 3 chunks at Qwen2.5's 152k).
+METRIC_CHUNK_ELEMENTS = 2**22
+
+
 def default_chunk_rows(vocab_size: int) -> int:
     """Rows per chunk for a `vocab_size` head: `DEFAULT_CHUNK_ROWS`, fewer for large vocabularies."""
     return max(1, min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, int(vocab_size))))
+
+
+def metric_chunk_rows(vocab_size: int) -> int:
+    """Rows per chunk of the logging-step metrics for a `vocab_size` head (`METRIC_CHUNK_ELEMENTS`)."""
+    return max(1, METRIC_CHUNK_ELEMENTS // max(1, int(vocab_size)))
 
 
 def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:

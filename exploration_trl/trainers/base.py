@@ -217,7 +217,7 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
             "loss", f"TRL's loss did not call `_get_per_token_logps_and_entropies` with the policy model (it was "
             f"given a {type(model).__name__})",
         )
-        self._log_loss_state_metrics(self._loss_state)
+        self._log_loss_state_metrics(self._loss_state, defer=True)  # read at the next log
         self._loss_inputs, self._loss_state = None, {}
         return loss
 

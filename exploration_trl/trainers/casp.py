@@ -88,15 +88,16 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         forking = core_loss.forking_mask(entropies, mask, args.casp_entropy_quantile)
         b, t = forking.shape
         n = args.casp_top_n
+        at = forking.nonzero(as_tuple=True)  # the one host read (the number of forking tokens)
         ids = torch.zeros(b, t, n, dtype=torch.long, device=forking.device)
         old = torch.zeros(b, t, n, device=forking.device)
         is_top1 = torch.zeros(b, t, dtype=torch.bool, device=forking.device)
         with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with no forking token
             s = token_statistics(
-                hidden[forking].detach(), weight, bias, completion_ids[forking], temperature=self.temperature, top_n=n,
+                hidden[at].detach(), weight, bias, completion_ids[at], temperature=self.temperature, top_n=n,
                 entropy=False,
             )
-        ids[forking], old[forking], is_top1[forking] = s["topn_ids"], s["topn_logps"], s["is_top1"]
+        ids[at], old[at], is_top1[at] = s["topn_ids"], s["topn_logps"], s["is_top1"]
         return forking, ids, old, is_top1
 
     def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
@@ -114,7 +115,7 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         self._mark_hook_ran("casp")
         args = self.args
         active = self.state.global_step >= args.casp_warmup_steps
-        state.setdefault("metrics", {})["casp/active"] = (float(active), 1.0)
+        state.setdefault("metrics", {})["casp/active"] = (float(active), 1.0)  # a Python bool: no host read
         if not active:  # warm-up: plain GRPO (the hook ran and chose not to act; logged as casp/active = 0)
             return logps
         mask = self._loss_mask(inputs)
@@ -130,20 +131,21 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         # Candidate log-probs with gradient only where the smoothed target acts: forking tokens with A > 0.
         # Computed on every process even with no such token: under ZeRO-3 the head is gathered in the forward
         # and again in the backward, and every process must take part in both.
-        need = forking & (advantages > 0) & mask.bool()
+        # One host read: the positions of those tokens (`nonzero`), then integer indexing only.
+        need = (forking & (advantages > 0) & mask.bool()).nonzero(as_tuple=True)
         with self._lm_head_weights() as (weight, bias, regather):
             cur = candidate_logps(hidden[need], weight, bias, ids[need], temperature=self.temperature,
                                   regather=regather)
-        topn_log_ratio = torch.zeros_like(old_topn).index_put((need,), cur - old_topn[need])
+        topn_log_ratio = torch.zeros_like(old_topn).index_put(need, cur - old_topn[need])
         ratio = core_loss.casp_ratio(
             logps - old, topn_log_ratio, advantages, forking, is_top1,
             alpha=args.casp_alpha, top1_penalty=args.casp_top1_penalty,
         )
         valid = mask.bool()
         penalised = forking & is_top1 & (advantages < 0) & valid
-        state.setdefault("metrics", {}).update({
-            "casp/forking_frac": ((forking & valid).sum().item(), valid.sum().item()),
-            "casp/top1_penalty_frac": (penalised.sum().item(), valid.sum().item()),
+        state.setdefault("metrics", {}).update({  # device scalars, read at the next log
+            "casp/forking_frac": ((forking & valid).sum(dtype=torch.float32), valid.sum(dtype=torch.float32)),
+            "casp/top1_penalty_frac": (penalised.sum(dtype=torch.float32), valid.sum(dtype=torch.float32)),
         })
         # TRL forms exp(returned - old): returning old + log(ratio) hands it exactly `ratio`.
         return old + torch.log(ratio)

@@ -12,7 +12,8 @@ from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
 from ..methods import MethodInfo, arxiv_paper, register_method
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
-from .cov_global import GlobalCovSelectionMixin, _kth, check_cov_selection
+from ..ops.hashing import ID_BITS, stream, unique_keys
+from .cov_global import GlobalCovSelectionMixin, check_cov_selection
 
 #: The paper behind both methods.
 ENTROPY_MECHANISM = arxiv_paper(
@@ -37,9 +38,11 @@ _COV_SELECTION_HELP = (
 
 
 def _cov_metrics(prefix: str, selected: torch.Tensor, cov: torch.Tensor) -> dict:
-    n = selected.sum().item()
-    threshold = cov[selected].min().item() if n else 0.0
-    return {f"{prefix}/selected_tokens": (float(n), 1.0), f"{prefix}/cov_threshold": (threshold, 1.0 if n else 0.0)}
+    """Selected tokens and the smallest selected covariance, as device scalars (read at the next log)."""
+    n = selected.sum(dtype=torch.float32)
+    has = n.clamp(max=1.0)  # 1 when a token was selected, else 0 (the threshold is then not logged)
+    lowest = torch.where(selected, cov, float("inf")).amin() if selected.numel() else cov.new_zeros(())
+    return {f"{prefix}/selected_tokens": (n, 1.0), f"{prefix}/cov_threshold": (torch.where(n > 0, lowest, 0.0), has)}
 
 
 @dataclass
@@ -111,14 +114,17 @@ class KLCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
         penalty = self.args.kl_cov_coef * selected.float() * (logps - old).abs()
         return penalty if extra is None else extra + penalty
 
-    def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: torch.Tensor) -> list[torch.Tensor]:
         """KL-Cov over the step: the `max(1, int(N * kl_cov_ratio))` largest covariances of all N valid tokens."""
         ratio = self.args.kl_cov_ratio
-        if ratio <= 0 or n == 0:
+        n = int(n.item()) if ratio > 0 else 0  # the host read that sizes the selection
+        if n == 0:
             return [torch.zeros_like(t["valid"]) for t in terms]
         k = min(max(1, int(n * ratio)), n)
-        best = self._gather_best(torch.cat([c[t["valid"]] for c, t in zip(covs, terms, strict=True)]), k, True)
-        threshold = _kth(best, k, largest=True)
+        # Padding holds -inf, so it never enters the k largest of the N >= k valid covariances.
+        values = torch.cat([torch.where(t["valid"], c, -float("inf")).reshape(-1) for c, t in zip(covs, terms,
+                                                                                                  strict=True)])
+        threshold = self._global_kth(values, k, largest=True)
         return [t["valid"] & (c >= threshold) for c, t in zip(covs, terms, strict=True)]
 
 
@@ -162,6 +168,7 @@ class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._clip_cov_generator = torch.Generator().manual_seed(int(self.args.seed) + 1)
+        self._warned_no_selection = False
 
     def _needs_loss_capture(self) -> bool:
         return True
@@ -183,18 +190,24 @@ class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
         else:
             selected, cov = chosen
         metrics = _cov_metrics("clip_cov", selected, cov)
-        acted = bool(selected.any())
-        metrics["clip_cov/no_selection_frac"] = (0.0 if acted else 1.0, 1.0)
+        metrics["clip_cov/no_selection_frac"] = (1.0 - metrics["clip_cov/cov_threshold"][1], 1.0)
         state.setdefault("metrics", {}).update(metrics)
-        if not acted and args.clip_cov_ratio > 0 and not getattr(self, "_warned_no_selection", False):
+        return torch.where(selected, logps.detach(), logps)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # The metrics are read here, on the logging step, so the warning needs no host read of its own.
+        self._flush_device_metrics()
+        mode = "train" if self.model.training else "eval"
+        skipped = self._metrics[mode].get("clip_cov/no_selection_frac", [])
+        if any(v > 0 for v in skipped) and self.args.clip_cov_ratio > 0 and not self._warned_no_selection:
             self._warned_no_selection = True
             warnings.warn(
                 f"clip_cov: no token of a micro-batch had a covariance in (clip_cov_lb, clip_cov_ub) = "
-                f"({args.clip_cov_lb}, {args.clip_cov_ub}), so Clip-Cov left that step unchanged (logged as "
-                "clip_cov/no_selection_frac). If it happens on most steps, widen the window.", UserWarning,
+                f"({self.args.clip_cov_lb}, {self.args.clip_cov_ub}), so Clip-Cov left that step unchanged (logged "
+                "as clip_cov/no_selection_frac). If it happens on most steps, widen the window.", UserWarning,
                 stacklevel=2,
             )
-        return torch.where(selected.to(logps.device), logps.detach(), logps)
+        super().log(logs, start_time)
 
     def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
         extras = super()._rollout_extras(batch, capture)
@@ -203,8 +216,9 @@ class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
         extras["exploration_row"] = torch.arange(start, stop, device=batch.completion_ids.device)
         return extras
 
-    def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: int) -> list[torch.Tensor]:
-        """Clip-Cov over the step: `max(1, int(N * clip_cov_ratio))` of the step's candidates, uniformly at random."""
+    def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: torch.Tensor) -> list[torch.Tensor]:
+        """Clip-Cov over the step: `max(1, int(N * clip_cov_ratio))` of the step's candidates, uniformly at random:
+        the candidates with the smallest keys (`_clip_cov_keys`), exactly that many as the keys never tie."""
         args = self.args
         cands, keys = [], []
         for t, cov in zip(terms, covs, strict=True):
@@ -213,22 +227,32 @@ class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
             _, log_ratio, a = core_loss._log_ratio_terms(lp, lp if old is None else old, t["a"], valid)
             pg1, pg2 = core_loss._clipped_surrogates(log_ratio, a, self.epsilon_low, self.epsilon_high)
             cands.append(valid & ~(pg2 > pg1) & (cov > args.clip_cov_lb) & (cov < args.clip_cov_ub))
-            keys.append(self._clip_cov_keys(inp["exploration_row"], lp.shape, lp.device))
+            keys.append(self._clip_cov_keys(inp["exploration_row"], lp.size(1)))
         local = torch.stack([c.sum() for c in cands]).sum().to(torch.float64).reshape(1)
-        n_cand = int((self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1
-                      else local).item())
+        n_cand = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local
+        n, n_cand = (int(x) for x in torch.cat([n.reshape(1), n_cand]).tolist())  # the one host read
         if n == 0 or n_cand == 0:
             return [torch.zeros_like(c) for c in cands]
         n_sel = min(max(1, int(n * args.clip_cov_ratio)), n_cand)
-        best = self._gather_best(torch.cat([k[c] for k, c in zip(keys, cands, strict=True)]), n_sel, False)
-        threshold = _kth(best, n_sel, largest=False)
+        # Non-candidates hold the largest key, so they never enter the n_sel smallest of the n_cand >= n_sel keys.
+        never = torch.iinfo(torch.int64).max
+        values = torch.cat([torch.where(c, k, never).reshape(-1) for k, c in zip(keys, cands, strict=True)])
+        threshold = self._global_kth(values, n_sel, largest=False)
         return [c & (k <= threshold) for k, c in zip(keys, cands, strict=True)]
 
-    def _clip_cov_keys(self, rows: torch.Tensor, shape, device) -> torch.Tensor:
-        """Uniform keys, one per token, from (seed, global step, the completion's row): independent of the split."""
-        width = max(int(self.args.max_completion_length or shape[1]), shape[1])
-        step = int(self.state.global_step)
-        keys = [torch.rand(width, generator=torch.Generator().manual_seed(
-            int(self.args.seed) * 1_000_003 + step * 10_007 + int(r)), dtype=torch.float64)[: shape[1]]
-            for r in rows.tolist()]
-        return torch.stack(keys).to(device) if keys else torch.zeros(shape, dtype=torch.float64, device=device)
+    def _clip_cov_keys(self, rows: torch.Tensor, length: int) -> torch.Tensor:
+        """`(B, length)` int64 keys from (seed, global step, the completion's row, the position), on the device: the
+        same for a token whatever the split over processes and micro-batches, and distinct for distinct tokens."""
+        width = self._clip_cov_key_width(length)
+        ids = rows.to(torch.int64)[:, None] * width + torch.arange(length, device=rows.device)
+        return unique_keys(ids, stream(int(self.args.seed), int(self.state.global_step)))
+
+    def _clip_cov_key_width(self, length: int) -> int:
+        """Positions per row in the token ids of the keys: `max_completion_length` (the same on every process)."""
+        width = max(int(self.args.max_completion_length or length), length)
+        rows = self.args.generation_batch_size or 0
+        if rows * width >= 1 << ID_BITS:
+            raise ValueError(f"cov_selection: global numbers tokens up to 2^{ID_BITS}; generation_batch_size ({rows}) "
+                             f"x max_completion_length ({width}) is larger. Use cov_selection: local, or a smaller "
+                             "generation batch")
+        return width

@@ -10,12 +10,15 @@ selection is made over the global set:
 * KL-Cov: the `max(1, int(N * kl_cov_ratio))` tokens with the largest covariance of the `N` valid tokens of the
   step (ties at the threshold are all kept);
 * Clip-Cov: `max(1, int(N * clip_cov_ratio))` of the step's candidates (not PPO-clipped, covariance inside the
-  window) drawn uniformly at random. The draw gives each token a uniform key from a generator seeded by (seed,
-  global step, the completion's row in the generation batch), so it does not depend on how rows are split over
-  processes and micro-batches; the candidates with the smallest keys are cut.
+  window) drawn uniformly at random. Each token gets an integer key hashed from (seed, global step, the
+  completion's row in the generation batch, the token's position) on the device (`ops.hashing.unique_keys`), so
+  the draw does not depend on how rows are split over processes and micro-batches; the candidates with the
+  smallest keys are cut. The keys are distinct integers, so exactly that many are cut.
 
-Only the k best values of each process travel (a gather of k floats), never the whole batch. The per-token terms
-are then applied per micro-batch exactly as with `local`. The cost is the added forward (see `docs/`).
+Only the k best values of each process travel (a gather of k values, in their own dtype), never the whole batch, and
+the k-th best stays on the device. The per-token terms are then applied per micro-batch exactly as with `local`.
+Host reads per optimizer step: one per micro-batch (its valid tokens, for the step's means) and one for the counts
+that size the selection. The cost is the added forward (see `docs/`).
 """
 
 from __future__ import annotations
@@ -40,10 +43,6 @@ def check_cov_selection(config):
             raise ValueError(f"cov_selection: global needs steps_per_generation ({spg}) to be a multiple of "
                              f"gradient_accumulation_steps ({ga}), so that an optimizer step's micro-batches all "
                              "come from one generation batch; change steps_per_generation or use cov_selection: local")
-
-
-def _kth(values: torch.Tensor, k: int, largest: bool) -> float:
-    return float(torch.topk(values, k, largest=largest).values[-1])
 
 
 class GlobalCovSelectionMixin:
@@ -77,12 +76,14 @@ class GlobalCovSelectionMixin:
         dev = logps[0].device
         local = torch.zeros(3, dtype=torch.float64, device=dev)
         for lp, a, valid in ((t["lp"], t["a"], t["valid"]) for t in terms):
-            local += torch.stack([lp[valid].double().sum(), a[valid].double().sum(), valid.sum().double()])
+            at = valid.reshape(-1).nonzero().squeeze(1)  # a host read: the sums below add exactly these tokens
+            local += torch.stack([lp.reshape(-1)[at].double().sum(), a.reshape(-1)[at].double().sum(),
+                                  valid.sum().double()])
         total = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local
-        n = int(total[2].item())
-        means = ((total[0] / max(n, 1)).float(), (total[1] / max(n, 1)).float())
+        count = total[2].clamp(min=1.0)
+        means = ((total[0] / count).float(), (total[1] / count).float())
         covs = [core_loss.token_covariance(t["lp"], t["a"], t["valid"], means=means) for t in terms]
-        selected = self._cov_select_global(terms, covs, n)
+        selected = self._cov_select_global(terms, covs, total[2])
         self._cov_step_masks = {s: (sel, cov) for s, sel, cov in zip(steps, selected, covs, strict=True)}
 
     def _cov_current_logps(self, model, inp) -> torch.Tensor:
@@ -100,10 +101,19 @@ class GlobalCovSelectionMixin:
         return {"lp": lp.float(), "a": broadcast_advantages(inp["advantages"], lp.shape).float(), "valid": valid,
                 "inputs": inp}
 
-    def _gather_best(self, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
-        """The `k` largest (smallest) of `values` over every process: each sends only its own k best."""
-        fill = -float("inf") if largest else float("inf")
-        mine = torch.topk(values, min(k, values.numel()), largest=largest).values if values.numel() else values
+    def _global_kth(self, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
+        """The k-th largest (smallest) of `values` over every process, a device scalar: each process sends only its
+        own k best (padded with the dtype's extreme, which never reaches the k-th place while k <= the number of
+        real values over all processes), in `values`' own dtype."""
+        fill = _extreme(values.dtype, lowest=largest)
+        mine = torch.topk(values, min(k, values.numel()), largest=largest).values
         mine = torch.cat([mine, mine.new_full((k - mine.numel(),), fill)])[None]
-        every = gather_rows(mine, self.accelerator.num_processes, pad_dim=1, pad_value=fill).reshape(-1)
-        return every[torch.isfinite(every)]
+        every = gather_rows(mine, self.accelerator.num_processes).reshape(-1)
+        return torch.topk(every, k, largest=largest).values[-1]
+
+
+def _extreme(dtype: torch.dtype, lowest: bool):
+    if dtype.is_floating_point:
+        return -float("inf") if lowest else float("inf")
+    info = torch.iinfo(dtype)
+    return info.min if lowest else info.max
