@@ -122,3 +122,42 @@ def test_killed_quick_run_resumes_to_the_uninterrupted_numbers(tmp_path):
     assert [r["step"] for r in resumed["rows"]] == [0, 1, 2, 3, 4, 6]
     assert len({r["token_entropy"] for r in whole["rows"]}) > 1  # the policy moved: equal rows are not trivial
     assert resumed["rows"] == whole["rows"]
+
+
+def test_the_protocol_runs_any_model_through_train(tmp_path):
+    """`task: train`: each (setting, seed) is an `exploration-trl train` run of a training YAML with the held-out
+    evaluation; its record holds the evaluated steps, a second call reruns nothing, and the verdict is written."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({
+        "model_name_or_path": "toy", "dataset_name": "countdown", "max_train_samples": 16, "reward_funcs": ["countdown"],
+        "use_cpu": True, "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
+        "learning_rate": 5e-4, "logging_steps": 1, "report_to": "none", "eval_benchmark": "countdown3",
+        "eval_num_problems": 2, "eval_max_tokens": 8}))
+    proto = tmp_path / "protocol.yaml"
+    proto.write_text(yaml.safe_dump({
+        "name": "toy_train", "task": "train", "train_config": str(train_yaml), "baseline": "grpo", "checkpoints": [2],
+        "eval": {"seed": 314159, "n_samples": 4}, "bootstrap": {"resamples": 100, "seed": 1, "correction": "inflate_t"},
+        "settings": [{"label": "grpo", "method": "grpo", "seeds": [10], "steps": [0, 1, 2]},
+                     {"label": "ds", "method": "dsgrpo", "seeds": [11], "steps": [0, 2]}]}))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "exploration_trl.cli", "confirm", "--config", str(proto), "--output-dir", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
+    assert set(records) == {"grpo__seed10", "ds__seed11"}
+    assert all(r["finished"] for r in records.values())
+    assert [r["step"] for r in records["grpo__seed10"]["rows"]] == [0, 1, 2]
+    assert [r["step"] for r in records["ds__seed11"]["rows"]] == [0, 2]
+    assert all(0.0 <= r["pass@1"] <= r["pass@n"] <= 1.0 for rec in records.values() for r in rec["rows"])
+    # The evaluation seed is the protocol's, not the RL seed: step 0 (the same toy model) is the same in both runs.
+    assert records["grpo__seed10"]["rows"][0] == records["ds__seed11"]["rows"][0]
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")} == stamps  # nothing reran
+    assert "starting" not in again.stdout
