@@ -2,8 +2,9 @@
 
 Single process: with two micro-batches per optimizer step (gradient accumulation 2) the global selection of the first
 step picks exactly the tokens a single micro-batch holding the same completions picks, while the local one (the
-official per-micro-batch choice) does not. The 2-process = 1-process check is in tests/test_multiprocess.py
-(`kl_cov-global`, `clip_cov-global`, selection ratio 0.2).
+official per-micro-batch choice) does not. Clip-Cov's global draw cuts exactly the drawn number of tokens, with keys
+that follow the token, not the split. The 2-process = 1-process check is in tests/test_multiprocess.py
+(`kl_cov-global`, `clip_cov-global`, selection ratio 0.2) and, for the k-th key alone, tests/test_collectives.py.
 """
 
 from __future__ import annotations
