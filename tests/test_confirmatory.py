@@ -132,9 +132,13 @@ def test_the_protocol_runs_any_model_through_train(tmp_path):
 
     import yaml
 
+    from exploration_trl.toy import make_toy_checkpoint
+
+    # One local model for both runs (`toy` itself would be initialised from each run's seed).
+    model = make_toy_checkpoint(tmp_path / "model", alphabet="0123456789+-*/()= ", seed=0)
     train_yaml = tmp_path / "train.yaml"
     train_yaml.write_text(yaml.safe_dump({
-        "model_name_or_path": "toy", "dataset_name": "countdown", "max_train_samples": 16, "reward_funcs": ["countdown"],
+        "model_name_or_path": str(model), "dataset_name": "countdown", "max_train_samples": 16, "reward_funcs": ["countdown"],
         "use_cpu": True, "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
         "learning_rate": 5e-4, "logging_steps": 1, "report_to": "none", "eval_benchmark": "countdown3",
         "eval_num_problems": 2, "eval_max_tokens": 8}))
@@ -154,7 +158,7 @@ def test_the_protocol_runs_any_model_through_train(tmp_path):
     assert [r["step"] for r in records["grpo__seed10"]["rows"]] == [0, 1, 2]
     assert [r["step"] for r in records["ds__seed11"]["rows"]] == [0, 2]
     assert all(0.0 <= r["pass@1"] <= r["pass@n"] <= 1.0 for rec in records.values() for r in rec["rows"])
-    # The evaluation seed is the protocol's, not the RL seed: step 0 (the same toy model) is the same in both runs.
+    # The evaluation seed is the protocol's, not the RL seed: step 0 (the same model) is the same in both runs.
     assert records["grpo__seed10"]["rows"][0] == records["ds__seed11"]["rows"][0]
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
