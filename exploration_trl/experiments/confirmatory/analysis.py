@@ -122,8 +122,80 @@ def write(output: Path, result: dict, records: dict, cfg: dict) -> None:
 
 
 def combine(results: list[dict], protocol_commit: str) -> dict[str, Any]:
-    """`docs/confirmatory.json`'s content from each set-up's `result.json`."""
+    """`docs/confirmatory.json`'s content from each set-up's `result.json`. Each set-up has its own held-out set;
+    the top-level `heldout.n_problems` is the smallest of them (every set-up was judged on at least that many
+    problems), `per_setup` gives each."""
+    sizes = {r["name"]: r["heldout"]["n_problems"] for r in results}
     return {"protocol_commit": protocol_commit,
-            "heldout": {"n_problems": [r["heldout"]["n_problems"] for r in results],
+            "heldout": {"n_problems": min(sizes.values()), "per_setup": sizes,
                         "disjoint_from_training": all(r["heldout"]["disjoint_from_training"] for r in results)},
             "setups": results}
+
+
+def verdict_of(t: dict[str, Any], alpha: float) -> str:
+    """One test's verdict in words: beats GRPO's trajectory only when Holm's adjusted p is below `alpha`."""
+    if t["p"] is None:
+        return f"no verdict ({t['reason']})"
+    if t["p_holm"] < alpha:
+        return "**beats GRPO**"
+    return "not shown to beat GRPO"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def verdict_markdown(combined: dict[str, Any]) -> str:
+    """The confirmatory verdicts as Markdown, one table per set-up (README and docs/confirmatory.md copy it)."""
+    out = [f"Pre-registered in commit {combined['protocol_commit'][:7]}; "
+           f"{combined['heldout']['n_problems']} held-out problems per set-up, "
+           f"{'disjoint' if combined['heldout']['disjoint_from_training'] else 'NOT disjoint'} from training "
+           "(whole number multisets). Effect: mean over the method's seeds of pass@n minus GRPO's seed-mean "
+           "trajectory at the same pass@1, in points; one-sided p from the two-arm seed bootstrap; p_holm: Holm "
+           "over all (setting, checkpoint) tests of the set-up."]
+    for r in combined["setups"]:
+        alpha = r.get("alpha", 0.05)
+        params = f"{r['model_params']:,} parameters" if r.get("model_params") else "model size not recorded"
+        emp = r.get("empirical_null") or {}
+        emp_txt = "; ".join(f"step {c}: {_pct(v['all_splits']['share_p_below_0.05'])} of "
+                            f"{v['all_splits']['splits']} splits" for c, v in emp.items()
+                            if v["all_splits"]["share_p_below_0.05"] is not None)
+        out.append(f"\n**{r['name']}** ({r['task']}; {params}). Null false-positive rate (GRPO against GRPO, "
+                   f"simulated at this set-up's measured seed noise): {_pct(r['null_false_positive_rate'])}"
+                   + (f"; empirical, every 5/5 split of GRPO's 10 seeds: {emp_txt}" if emp_txt else "") + ".\n")
+        by_label = {s["label"]: s for s in r["settings"]}
+        rows = []
+        for t in r["tests"]:
+            primary = t["checkpoint"] == r["checkpoints"][-1]
+            eff = "-" if t["effect"] is None else f"{100 * t['effect']:+.2f}"
+            ci = "-" if t["ci"] is None else f"[{100 * t['ci'][0]:+.2f}, {100 * t['ci'][1]:+.2f}]"
+            num = (lambda v: "-" if v is None else f"{v:.4f}")
+            rows.append([t["label"], by_label[t["label"]]["method"],
+                         f"{t['checkpoint']}{' (primary)' if primary else ''}", len(t.get("distances") or []) or "-",
+                         eff, ci, num(t["p"]), num(t["p_holm"]), verdict_of(t, alpha)])
+        out.append(_common.markdown_table(["setting", "method", "checkpoint", "seeds", "effect (pts)", "95% CI", "p",
+                                           "p_holm", "verdict"], rows))
+    return "\n".join(out) + "\n"
+
+
+#: The markers around the verdicts in README.md and docs/confirmatory.md (`fill_block` rewrites what is between).
+BLOCK_START, BLOCK_END = "<!-- confirmatory:start -->", "<!-- confirmatory:end -->"
+
+#: What the blocks say until docs/confirmatory.json exists.
+PENDING = ("The confirmatory runs are under way; no verdict yet. Until both set-ups are complete, every "
+           "comparison with GRPO in these docs is exploratory.\n")
+
+
+def block_text(combined: dict[str, Any] | None) -> str:
+    """What belongs between the markers: the verdicts, or `PENDING` before docs/confirmatory.json exists."""
+    return PENDING if combined is None else verdict_markdown(combined)
+
+
+def fill_block(path: Path, body: str) -> None:
+    """Replace the text between `BLOCK_START` and `BLOCK_END` in `path` with `body`."""
+    text = Path(path).read_text()
+    if text.count(BLOCK_START) != 1 or text.count(BLOCK_END) != 1:
+        raise ValueError(f"{path}: needs exactly one {BLOCK_START} and one {BLOCK_END} line around the verdicts")
+    head, rest = text.split(BLOCK_START)
+    _, tail = rest.split(BLOCK_END)
+    Path(path).write_text(f"{head}{BLOCK_START}\n{body}{BLOCK_END}{tail}")

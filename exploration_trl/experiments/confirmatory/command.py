@@ -26,6 +26,9 @@ def register(subparsers) -> None:
                    help="Write docs/confirmatory.json from these set-ups' output folders (with --protocol-commit).")
     p.add_argument("--protocol-commit", default=None)
     p.add_argument("--write", default="docs/confirmatory.json")
+    p.add_argument("--fill", nargs="*", default=["README.md", "docs/confirmatory.md"], metavar="FILE",
+                   help="With --combine: files whose confirmatory markers get the verdict tables (default README.md "
+                        "docs/confirmatory.md); each set-up's plot is copied next to --write as img/confirmatory_<name>.png.")
     p.set_defaults(func=main_from_args)
 
 
@@ -38,16 +41,57 @@ def _log(output: Path):
     return log
 
 
+def _resolve_commit(commit: str) -> str:
+    """The full hash of `commit`, which must be an ancestor of HEAD (the pre-registration precedes the verdict)."""
+    import subprocess
+
+    full = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], capture_output=True, text=True)
+    if full.returncode != 0:
+        raise ValueError(f"--protocol-commit {commit}: not a commit of this repository")
+    sha = full.stdout.strip()
+    if subprocess.run(["git", "merge-base", "--is-ancestor", sha, "HEAD"]).returncode != 0:
+        raise ValueError(f"--protocol-commit {commit}: not an ancestor of HEAD; the protocol must precede the verdict")
+    return sha
+
+
+def _combine(args) -> int:
+    import shutil
+
+    from . import analysis, runner
+
+    if not args.protocol_commit:
+        raise ValueError("--combine needs --protocol-commit HASH (the commit that pre-registered the protocol)")
+    sha = _resolve_commit(args.protocol_commit)
+    results = []
+    for d in args.combine:
+        path = Path(d) / runner.RESULT_FILE
+        if not path.exists():
+            raise ValueError(f"--combine {d}: no {runner.RESULT_FILE}; run `exploration-trl confirm --config ... "
+                             f"--output-dir {d}` until every run has finished")
+        results.append(json.loads(path.read_text()))
+    combined = analysis.combine(results, sha)
+    write = Path(args.write)
+    _common.write_json(write, combined)
+    print(f"wrote {write}")
+    for d, r in zip(args.combine, results):
+        plot = Path(d) / runner.PLOT_FILE
+        if plot.exists():
+            target = write.parent / "img" / f"confirmatory_{r['name']}.png"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(plot, target)
+            print(f"wrote {target}")
+    for f in args.fill:
+        analysis.fill_block(Path(f), analysis.block_text(combined))
+        print(f"filled the verdicts in {f}")
+    print(analysis.verdict_markdown(combined))
+    return 0
+
+
 def main_from_args(args) -> int:
     from . import analysis, protocol, runner
 
     if args.combine:
-        if not args.protocol_commit:
-            raise ValueError("--combine needs --protocol-commit HASH (the commit that pre-registered the protocol)")
-        results = [json.loads((Path(d) / runner.RESULT_FILE).read_text()) for d in args.combine]
-        _common.write_json(Path(args.write), analysis.combine(results, args.protocol_commit))
-        print(f"wrote {args.write}")
-        return 0
+        return _combine(args)
     if not args.config:
         raise ValueError("confirm needs --config configs/confirmatory/<setup>.yaml (or --combine DIR ...)")
     cfg = protocol.load(args.config)

@@ -1,0 +1,133 @@
+"""The confirmatory report: `docs/confirmatory.json`'s fields, the verdict tables on synthetic runs with known
+answers, the README/docs blocks (pending until the json exists, then its tables), and `confirm --combine`'s
+refusals (no result, a protocol commit that does not precede HEAD)."""
+
+import functools
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exploration_trl.experiments.confirmatory import analysis, verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+X = np.array([0.2, 0.25, 0.3, 0.35, 0.4])  # GRPO's pass@1 at steps 0..4; pass@n = 1.1 - pass@1
+NOISE = np.array([-0.004, -0.002, 0.0, 0.002, 0.004])
+
+
+def _rows(points):
+    return [{"step": s, "pass@1": float(a), "pass@n": float(b)} for s, (a, b) in points]
+
+
+def synthetic_result(monkeypatch):
+    """A set-up with GRPO (5 seeds on a straight trajectory), a method 10 points above it, one on it, and one whose
+    seeds' pass@1 lies beyond GRPO's range; judged at step 2."""
+    monkeypatch.setattr(verdict, "null_false_positive_rate",
+                        functools.partial(verdict.null_false_positive_rate, simulations=20, resamples=100))
+    seeds = [10, 11, 12, 13, 14]
+    records = {("grpo", sd): {"rows": _rows([(s, (x + d, 1.1 - x - d)) for s, x in enumerate(X)])}
+               for sd, d in zip(seeds, NOISE)}
+    for label, x, shift in (("above", 0.3, 0.10), ("on", 0.3, 0.0), ("beyond", 0.6, 0.0)):
+        for sd, d in zip(seeds, NOISE):
+            records[(label, sd)] = {"rows": _rows([(0, (0.2, 0.9)), (2, (x + d, 1.1 - x + shift + d))])}
+    cfg = {"name": "synthetic", "task": "countdown", "baseline": "grpo", "checkpoints": [2],
+           "bootstrap": {"resamples": 500, "seed": 1, "correction": "inflate_t"},
+           "settings": [{"label": "grpo", "method": "grpo", "seeds": seeds, "steps": [0, 1, 2, 3, 4]},
+                        *({"label": lb, "method": "pkpo", "seeds": seeds, "steps": [0, 2]}
+                          for lb in ("above", "on", "beyond"))]}
+    return analysis.analyse(cfg, records, 1234, {"n_problems": 500, "disjoint_from_training": True})
+
+
+def test_combined_json_has_the_issue_fields_and_one_heldout_size(monkeypatch):
+    one = synthetic_result(monkeypatch)
+    two = {**one, "name": "bigger", "heldout": {"n_problems": 600, "disjoint_from_training": True}}
+    combined = analysis.combine([one, two], "a" * 40)
+    assert combined["protocol_commit"] == "a" * 40
+    assert combined["heldout"] == {"n_problems": 500, "per_setup": {"synthetic": 500, "bigger": 600},
+                                   "disjoint_from_training": True}
+    for setup in combined["setups"]:
+        assert {"name", "model_params", "task", "null_false_positive_rate", "settings"} <= set(setup)
+        assert 0.0 <= setup["null_false_positive_rate"] <= 1.0
+        for s in setup["settings"]:
+            assert {"label", "method", "seeds"} <= set(s)
+            if s["method"] != "grpo":
+                assert {"effect", "ci", "p", "p_holm"} <= set(s)
+
+
+def test_verdict_table_on_known_answers(monkeypatch):
+    result = synthetic_result(monkeypatch)
+    text = analysis.verdict_markdown(analysis.combine([result], "b" * 40))
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+            for line in text.splitlines() if line.startswith("| ") and not line.startswith("| setting")}
+    assert rows["above"][8] == "**beats GRPO**"
+    assert rows["above"][4] == "+10.00"  # the distance is exactly 0.10 for every seed
+    assert float(rows["above"][7]) < 0.05
+    assert rows["on"][8] == "not shown to beat GRPO" and rows["on"][4] == "+0.00"
+    assert rows["beyond"][8].startswith("no verdict (a seed's pass@1 is outside") and rows["beyond"][6] == "-"
+    assert rows["above"][2] == "2 (primary)" and rows["above"][3] == "5"
+    assert "Pre-registered in commit bbbbbbb" in text and "500 held-out problems" in text
+    assert "1,234 parameters" in text
+
+
+def test_fill_block_replaces_only_between_the_markers(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"intro\n{analysis.BLOCK_START}\nold\n{analysis.BLOCK_END}\noutro\n")
+    analysis.fill_block(page, "new table\n")
+    assert page.read_text() == f"intro\n{analysis.BLOCK_START}\nnew table\n{analysis.BLOCK_END}\noutro\n"
+    page.write_text("no markers\n")
+    with pytest.raises(ValueError, match="needs exactly one <!-- confirmatory:start -->"):
+        analysis.fill_block(page, "x\n")
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/confirmatory.md"])
+def test_readme_and_docs_show_the_verdicts_of_docs_confirmatory_json(name):
+    """Pending text while docs/confirmatory.json is absent; once it exists, exactly its verdict tables."""
+    path = ROOT / "docs" / "confirmatory.json"
+    combined = json.loads(path.read_text()) if path.exists() else None
+    text = (ROOT / name).read_text()
+    body = text.split(analysis.BLOCK_START + "\n")[1].split(analysis.BLOCK_END)[0]
+    assert body == analysis.block_text(combined)
+
+
+def test_protocol_commit_precedes_the_verdict_commit():
+    """The pre-registration commit is an ancestor of the commit that added docs/confirmatory.json, and not it."""
+    path = ROOT / "docs" / "confirmatory.json"
+    git = functools.partial(subprocess.run, cwd=ROOT, capture_output=True, text=True)
+    proto = git(["git", "rev-parse", "9357c88^{commit}"]).stdout.strip()
+    assert git(["git", "merge-base", "--is-ancestor", proto, "HEAD"]).returncode == 0
+    if path.exists():
+        combined = json.loads(path.read_text())
+        assert combined["protocol_commit"] == proto
+        added = git(["git", "log", "--diff-filter=A", "--format=%H", "--", "docs/confirmatory.json"]).stdout.split()
+        for commit in added or [git(["git", "rev-parse", "HEAD"]).stdout.strip()]:
+            assert commit != proto
+            assert git(["git", "merge-base", "--is-ancestor", proto, commit]).returncode == 0
+
+
+def test_combine_refuses_a_missing_result_and_a_later_protocol_commit(tmp_path):
+    import sys
+
+    cmd = [sys.executable, "-m", "exploration_trl.cli", "confirm", "--combine", str(tmp_path),
+           "--write", str(tmp_path / "c.json"), "--fill"]
+    missing = subprocess.run([*cmd, "--protocol-commit", "9357c88"], cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode != 0 and f"--combine {tmp_path}: no result.json" in missing.stderr
+    bogus = subprocess.run([*cmd, "--protocol-commit", "0" * 40], cwd=ROOT, capture_output=True, text=True)
+    assert bogus.returncode != 0 and "not a commit of this repository" in bogus.stderr
+    assert not (tmp_path / "c.json").exists()
+    # A protocol commit on another branch does not precede HEAD.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = functools.partial(subprocess.run, cwd=repo, capture_output=True, text=True, check=True)
+    git(["git", "init", "-q", "-b", "main"])
+    for branch, name in (("main", "a"), ("side", "b")):
+        if branch == "side":
+            git(["git", "checkout", "-q", "-b", "side"])
+        (repo / name).write_text(name)
+        git(["git", "add", name])
+        git(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", name])
+    side = git(["git", "rev-parse", "HEAD"]).stdout.strip()
+    git(["git", "checkout", "-q", "main"])
+    later = subprocess.run([*cmd, "--protocol-commit", side], cwd=repo, capture_output=True, text=True)
+    assert later.returncode != 0 and "not an ancestor of HEAD" in later.stderr
