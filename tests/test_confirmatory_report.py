@@ -131,3 +131,20 @@ def test_combine_refuses_a_missing_result_and_a_later_protocol_commit(tmp_path):
     git(["git", "checkout", "-q", "main"])
     later = subprocess.run([*cmd, "--protocol-commit", side], cwd=repo, capture_output=True, text=True)
     assert later.returncode != 0 and "not an ancestor of HEAD" in later.stderr
+
+
+def test_the_test_and_the_settings_are_the_pre_registered_ones():
+    """The verdict code and the protocol YAMLs are byte for byte those of the pre-registration commit, so the
+    verdict is the test that was registered (reporting code may change; `analyse` and `verdict.py` may not)."""
+    import inspect
+
+    def at_protocol(path):
+        return subprocess.run(["git", "show", f"9357c88:{path}"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout
+
+    for path in ("exploration_trl/experiments/confirmatory/verdict.py", "configs/confirmatory/countdown3.yaml",
+                 "configs/confirmatory/countdown4.yaml"):
+        assert (ROOT / path).read_text() == at_protocol(path), f"{path} changed since the pre-registration"
+    registered = at_protocol("exploration_trl/experiments/confirmatory/analysis.py")
+    assert inspect.getsource(analysis.analyse) in registered
+    assert inspect.getsource(analysis._points) in registered
