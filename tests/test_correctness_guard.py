@@ -114,6 +114,7 @@ def test_passk_with_a_binary_reward_does_not_warn(ckpt, tmp_path):
 @pytest.mark.parametrize("method, extra, effect", [
     ("dsgrpo", {}, "DS-GRPO gives every completion the same side"),
     ("progrpo", {}, "ProGRPO's skip rule leaves every group as GRPO's"),
+    ("progrpo", {"progrpo_skip_groups": "all_wrong"}, "shifts every group when all are judged correct"),
     ("unlikely", {"unlikely_rank_among": "correct"}, "the unlikeliness rank among correct completions"),
 ])
 def test_every_method_that_judges_correctness_warns(method, extra, effect, ckpt, tmp_path):

@@ -32,6 +32,32 @@ def test_train_without_deepspeed_neither_imports_it_nor_prints_its_warning(tmp_p
     assert (tmp_path / "out" / "checkpoint-1").is_dir()  # the checkpoint save, too, ran without it
 
 
+#: A Python-API user's run: builds the trainer itself (no CLI), trains with a checkpoint save, saves the model.
+PYTHON_API_AND_REPORT = """
+import sys
+sys.path.insert(0, "tests")
+import exploration_trl as et
+from helpers import train
+cls = et.get_trainer_class("grpo")
+trainer = train(cls, cls.config_class, sys.argv[1] + "/ckpt", sys.argv[1] + "/out", max_steps=1,
+                save_strategy="steps", save_steps=1)
+trainer.save_model(sys.argv[1] + "/final")
+print("deepspeed imported:", "deepspeed" in sys.modules)
+"""
+
+
+def test_python_api_trainer_without_deepspeed_neither_imports_it_nor_prints_its_warning(tmp_path):
+    from helpers import toy_checkpoint
+
+    toy_checkpoint(tmp_path / "ckpt")  # here, not in the run: a user's model comes saved already
+    proc = subprocess.run([sys.executable, "-c", PYTHON_API_AND_REPORT, str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "deepspeed imported: False" in proc.stdout
+    assert "Setting accelerator to CPU" not in proc.stdout + proc.stderr
+    assert (tmp_path / "out" / "checkpoint-1").is_dir() and (tmp_path / "final" / "config.json").is_file()
+
+
 def test_deepspeed_counts_as_available_to_unwrapping_once_imported():
     """The switch changes no answer: a model can only be a `DeepSpeedEngine` once deepspeed is imported, and then
     accelerate sees it as installed again. Idempotent."""

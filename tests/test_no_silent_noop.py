@@ -5,6 +5,8 @@ did not recognise it, and CaSP / KL-Cov / Clip-Cov and the exploration metrics s
 below reproduce each way a hook can be skipped and check that the guard fires.
 """
 
+import warnings
+
 import pytest
 
 import exploration_trl as et
@@ -107,12 +109,17 @@ def format_plus_letter_reward(completions, **kwargs):
 
 def test_progrpo_that_skips_every_group_says_so_once(ckpt, tmp_path):
     """A graded reward at the default threshold (0) makes every completion correct: ProGRPO's skip rule then leaves
-    every group as GRPO's. That is a warning with the key to change, and `progrpo/mixed_group_frac` is 0."""
+    every group as GRPO's. That is one warning (the correctness guard's, with ProGRPO's effect and the key to
+    change), not two, and `progrpo/mixed_group_frac` is 0."""
     cls = et.get_trainer_class("progrpo")
     args = cls.config_class(**grpo_kwargs(tmp_path / "graded", progrpo_alpha=1.0))
     trainer = cls(model=ckpt, reward_funcs=format_plus_letter_reward, args=args, train_dataset=toy_dataset())
-    with pytest.warns(UserWarning, match=r"progrpo changed no advantage .* correct_reward_threshold=0\.0") as record:
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
         trainer.train()
-    assert sum("progrpo changed no advantage" in str(w.message) for w in record) == 1
+    ours = [str(w.message) for w in record if "correct_reward_threshold" in str(w.message)]
+    assert len(ours) == 1, ours
+    assert "splits no group" in ours[0] and "ProGRPO's skip rule leaves every group as GRPO's" in ours[0]
+    assert "correct_reward_threshold=0.0" in ours[0]
     fractions = [h["progrpo/mixed_group_frac"] for h in trainer.state.log_history if "progrpo/mixed_group_frac" in h]
     assert fractions == [0.0, 0.0, 0.0]

@@ -83,6 +83,9 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
     config_class = ExplorationGRPOConfig
 
     def __init__(self, *args, **kwargs):
+        from ..deepspeed_import import import_deepspeed_only_when_used
+
+        import_deepspeed_only_when_used()  # Python-API runs without DeepSpeed save without importing it (its warning)
         warnings.filterwarnings("ignore", message=_TRL_ROLLOUT_DEPRECATIONS, category=FutureWarning,
                                 module="transformers.modeling_utils")
         super().__init__(*args, **kwargs)

@@ -21,6 +21,14 @@ PROGRPO_BASELINES = ("prompt", "group_mean")
 PROGRPO_PROMPT_TOKENS = ("all", "user")
 
 
+#: What ProGRPO does when its threshold judges every completion alike, by `progrpo_skip_groups` (for the warning).
+SKIP_RULE_EFFECT = {
+    "all_equal": "ProGRPO's skip rule leaves every group as GRPO's",
+    "all_wrong": "ProGRPO's skip rule (progrpo_skip_groups=all_wrong) shifts every group when all are judged correct "
+                 "and none when all are judged wrong, instead of the mixed groups",
+}
+
+
 @dataclass
 class ProGRPOConfig(ExplorationGRPOConfig):
     """ProGRPO: `A~ = A + alpha * (c_ref - c_o)` in mixed groups, with confidences over the 20% lowest-probability
@@ -121,26 +129,12 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
             self._metrics[mode]["progrpo/prompt_confidence_mean"].append(torch.nanmean(ref).item())
         self._metrics[mode]["progrpo/adjustment_abs_mean"].append((new - global_adv).abs().mean().item())
         correct = is_correct(batch.rewards, args.correct_reward_threshold).view(-1, batch.num_generations)
+        # The one warning when no group mixes correct and wrong (it used to be a second, per-batch one here).
         guard_correctness(self, batch.rewards, correct, batch.num_generations, "progrpo",
-                          "ProGRPO's skip rule leaves every group as GRPO's")
+                          SKIP_RULE_EFFECT[args.progrpo_skip_groups])
         mixed = correct.any(dim=1) & ~correct.all(dim=1)
         self._metrics[mode]["progrpo/mixed_group_frac"].append(mixed.float().mean().item())
-        self._warn_if_nothing_changed(global_adv, new)
         return new[batch.process_slice]
-
-    def _warn_if_nothing_changed(self, grpo: torch.Tensor, new: torch.Tensor):
-        """No silent no-op: GRPO's advantages vary but the skip rule left every group as it was. With a graded reward
-        and the default `correct_reward_threshold` (0) every completion counts as correct, so every group is skipped."""
-        if getattr(self, "_warned_no_mixed_group", False) or not bool((grpo != 0).any()) or bool((new != grpo).any()):
-            return
-        self._warned_no_mixed_group = True
-        warnings.warn(
-            f"progrpo changed no advantage at step {self.state.global_step}: no group mixes correct and wrong "
-            f"completions by correct_reward_threshold={self.args.correct_reward_threshold} (progrpo_skip_groups="
-            f"{self.args.progrpo_skip_groups}), so this batch trained as plain GRPO. With a graded reward, set "
-            "correct_reward_threshold above the partial credit (e.g. 0.5 with a 0.1 format bonus). Warned once; "
-            "progrpo/mixed_group_frac is logged every step.", UserWarning, stacklevel=2,
-        )
 
     def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
         logps, mask = super()._prompt_logps(capture, output)
