@@ -24,11 +24,16 @@ def needs_history():
         pytest.skip("needs the repository's full git history (a shallow or missing clone)")
 
 
-def _rows(points):
-    return [{"step": s, "pass@1": float(a), "pass@n": float(b)} for s, (a, b) in points]
+def _rows(points, distinct=3.0):
+    return [{"step": s, "pass@1": float(a), "pass@n": float(b), "distinct_correct": distinct,
+             "distinct_correct_canonical": distinct / 2, "token_entropy": 0.5} for s, (a, b) in points]
 
 
 def synthetic_result(monkeypatch):
+    return synthetic_runs(monkeypatch)[0]
+
+
+def synthetic_runs(monkeypatch):
     """A set-up with GRPO (5 seeds on a straight trajectory), a method 10 points above it, one on it, and one whose
     seeds' pass@1 lies beyond GRPO's range; judged at step 2."""
     monkeypatch.setattr(verdict, "null_false_positive_rate",
@@ -38,13 +43,13 @@ def synthetic_result(monkeypatch):
                for sd, d in zip(seeds, NOISE)}
     for label, x, shift in (("above", 0.3, 0.10), ("on", 0.3, 0.0), ("beyond", 0.6, 0.0)):
         for sd, d in zip(seeds, NOISE):
-            records[(label, sd)] = {"rows": _rows([(0, (0.2, 0.9)), (2, (x + d, 1.1 - x + shift + d))])}
+            records[(label, sd)] = {"rows": _rows([(0, (0.2, 0.9)), (2, (x + d, 1.1 - x + shift + d))], 3.0 + sd % 2)}
     cfg = {"name": "synthetic", "task": "countdown", "baseline": "grpo", "checkpoints": [2],
            "bootstrap": {"resamples": 500, "seed": 1, "correction": "inflate_t"},
            "settings": [{"label": "grpo", "method": "grpo", "seeds": seeds, "steps": [0, 1, 2, 3, 4]},
                         *({"label": lb, "method": "pkpo", "seeds": seeds, "steps": [0, 2]}
                           for lb in ("above", "on", "beyond"))]}
-    return analysis.analyse(cfg, records, 1234, {"n_problems": 500, "disjoint_from_training": True})
+    return analysis.analyse(cfg, records, 1234, {"n_problems": 500, "disjoint_from_training": True}), records
 
 
 def test_combined_json_has_the_issue_fields_and_one_heldout_size(monkeypatch):
@@ -64,18 +69,30 @@ def test_combined_json_has_the_issue_fields_and_one_heldout_size(monkeypatch):
 
 
 def test_verdict_table_on_known_answers(monkeypatch):
-    result = synthetic_result(monkeypatch)
-    text = analysis.verdict_markdown(analysis.combine([result], "b" * 40))
+    result, records = synthetic_runs(monkeypatch)
+    text = analysis.verdict_markdown(analysis.combine([result], "b" * 40, [analysis.diversity(result, records)]))
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
             for line in text.splitlines() if line.startswith("| ") and not line.startswith("| setting")}
-    assert rows["above"][8] == "**beats GRPO**"
+    assert rows["above"][9] == "**beats GRPO**"
     assert rows["above"][4] == "+10.00"  # the distance is exactly 0.10 for every seed
     assert float(rows["above"][7]) < 0.05
-    assert rows["on"][8] == "not shown to beat GRPO" and rows["on"][4] == "+0.00"
-    assert rows["beyond"][8].startswith("no verdict (a seed's pass@1 is outside") and rows["beyond"][6] == "-"
+    assert rows["on"][9] == "not shown to beat GRPO" and rows["on"][4] == "+0.00"
+    assert rows["beyond"][9].startswith("no verdict (a seed's pass@1 is outside") and rows["beyond"][6] == "-"
     assert rows["above"][2] == "2 (primary)" and rows["above"][3] == "5"
+    # Seeds 10-14 recorded 3, 4, 3, 4, 3 distinct correct equations (canonical: half): means 3.4 and 1.7.
+    assert rows["above"][8] == "3.40 / 1.70" and rows["grpo"][8] == "3.00 / 1.50"
+    assert rows["grpo"][9] == "(the reference trajectory)"
     assert "Pre-registered in commit bbbbbbb" in text and "500 held-out problems" in text
     assert "1,234 parameters" in text
+
+
+def test_diversity_is_none_where_a_run_did_not_record_it(monkeypatch):
+    result, records = synthetic_runs(monkeypatch)
+    for row in records[("on", 12)]["rows"]:
+        del row["distinct_correct_canonical"]
+    div = analysis.diversity(result, records)
+    assert div["on"]["2"]["distinct_correct_canonical"] is None and div["on"]["2"]["distinct_correct"] == pytest.approx(3.4)
+    assert div["grpo"]["2"] == {"distinct_correct": 3.0, "distinct_correct_canonical": 1.5, "token_entropy": 0.5}
 
 
 def test_fill_block_replaces_only_between_the_markers(tmp_path):
@@ -158,3 +175,30 @@ def test_the_test_and_the_settings_are_the_pre_registered_ones():
     registered = at_protocol("exploration_trl/experiments/confirmatory/analysis.py")
     assert inspect.getsource(analysis.analyse) in registered
     assert inspect.getsource(analysis._points) in registered
+
+
+def test_combine_writes_the_json_fills_the_pages_and_copies_the_plot(monkeypatch, tmp_path):
+    import sys
+
+    result, records = synthetic_runs(monkeypatch)
+    out = tmp_path / "synthetic"
+    (out / "runs").mkdir(parents=True)
+    (out / "result.json").write_text(json.dumps(result))
+    (out / "plot.png").write_bytes(b"png")
+    for (label, seed), rec in records.items():
+        (out / "runs" / f"{label}__seed{seed}.json").write_text(json.dumps({**rec, "label": label, "seed": seed}))
+    page = tmp_path / "page.md"
+    page.write_text(f"# Page\n{analysis.BLOCK_START}\n{analysis.PENDING}{analysis.BLOCK_END}\nend\n")
+    docs = tmp_path / "docs"
+    done = subprocess.run([sys.executable, "-m", "exploration_trl.cli", "confirm", "--combine", str(out),
+                           "--protocol-commit", "HEAD", "--write", str(docs / "confirmatory.json"), "--fill", str(page)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    combined = json.loads((docs / "confirmatory.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert combined["protocol_commit"] == head
+    assert combined["heldout"]["n_problems"] == 500
+    assert combined["setups"][0]["diversity"]["above"]["2"]["distinct_correct"] == pytest.approx(3.4)
+    assert page.read_text() == f"# Page\n{analysis.BLOCK_START}\n{analysis.verdict_markdown(combined)}" \
+                               f"{analysis.BLOCK_END}\nend\n"
+    assert (docs / "img" / "confirmatory_synthetic.png").read_bytes() == b"png"

@@ -121,15 +121,37 @@ def write(output: Path, result: dict, records: dict, cfg: dict) -> None:
     plot(result, records, cfg, Path(output) / "plot.png")
 
 
-def combine(results: list[dict], protocol_commit: str) -> dict[str, Any]:
-    """`docs/confirmatory.json`'s content from each set-up's `result.json`. Each set-up has its own held-out set;
-    the top-level `heldout.n_problems` is the smallest of them (every set-up was judged on at least that many
-    problems), `per_setup` gives each."""
+#: Per-run values reported beside the verdict (not tested): distinct correct equations per problem as written and
+#: up to commutativity and associativity (`rewards.countdown.canonical_equation`), and token entropy.
+DIVERSITY_KEYS = ("distinct_correct", "distinct_correct_canonical", "token_entropy")
+
+
+def diversity(result: dict[str, Any], records: dict[tuple[str, int], dict]) -> dict[str, dict[str, dict]]:
+    """`{label: {checkpoint: {key: mean over the setting's seeds}}}` at the compared checkpoints, for every setting
+    (GRPO too); a key some run did not record (e.g. a `task: train` protocol) is None."""
+    out: dict[str, dict[str, dict]] = {}
+    for s in result["settings"]:
+        out[s["label"]] = {}
+        for c in result["checkpoints"]:
+            rows = [next((r for r in records[(s["label"], sd)]["rows"] if r["step"] == c), {}) for sd in s["seeds"]]
+            out[s["label"]][str(c)] = {k: (float(np.mean([r[k] for r in rows]))
+                                           if all(r.get(k) is not None for r in rows) else None)
+                                       for k in DIVERSITY_KEYS}
+    return out
+
+
+def combine(results: list[dict], protocol_commit: str,
+            diversities: list[dict] | None = None) -> dict[str, Any]:
+    """`docs/confirmatory.json`'s content from each set-up's `result.json` (and, when given, its `diversity`).
+    Each set-up has its own held-out set; the top-level `heldout.n_problems` is the smallest of them (every set-up
+    was judged on at least that many problems), `per_setup` gives each."""
     sizes = {r["name"]: r["heldout"]["n_problems"] for r in results}
+    setups = [r if d is None else {**r, "diversity": d}
+              for r, d in zip(results, diversities or [None] * len(results))]
     return {"protocol_commit": protocol_commit,
             "heldout": {"n_problems": min(sizes.values()), "per_setup": sizes,
                         "disjoint_from_training": all(r["heldout"]["disjoint_from_training"] for r in results)},
-            "setups": results}
+            "setups": setups}
 
 
 def verdict_of(t: dict[str, Any], alpha: float) -> str:
@@ -152,7 +174,8 @@ def verdict_markdown(combined: dict[str, Any]) -> str:
            f"{'disjoint' if combined['heldout']['disjoint_from_training'] else 'NOT disjoint'} from training "
            "(whole number multisets). Effect: mean over the method's seeds of pass@n minus GRPO's seed-mean "
            "trajectory at the same pass@1, in points; one-sided p from the two-arm seed bootstrap; p_holm: Holm "
-           "over all (setting, checkpoint) tests of the set-up."]
+           "over all (setting, checkpoint) tests of the set-up. Distinct correct: equations per held-out problem, as "
+           "written and up to commutativity and associativity (seed mean; reported, not tested)."]
     for r in combined["setups"]:
         alpha = r.get("alpha", 0.05)
         params = f"{r['model_params']:,} parameters" if r.get("model_params") else "model size not recorded"
@@ -164,17 +187,29 @@ def verdict_markdown(combined: dict[str, Any]) -> str:
                    f"simulated at this set-up's measured seed noise): {_pct(r['null_false_positive_rate'])}"
                    + (f"; empirical, every 5/5 split of GRPO's 10 seeds: {emp_txt}" if emp_txt else "") + ".\n")
         by_label = {s["label"]: s for s in r["settings"]}
-        rows = []
+        div = r.get("diversity") or {}
+
+        def distinct(label, c):
+            d = div.get(label, {}).get(str(c), {})
+            if d.get("distinct_correct") is None:
+                return "-"
+            return f"{d['distinct_correct']:.2f} / {d.get('distinct_correct_canonical') or float('nan'):.2f}"
+
+        num = (lambda v: "-" if v is None else f"{v:.4f}")
+        base = r["settings"][0]
+        rows = [[base["label"], base["method"], f"{c}{' (primary)' if c == r['checkpoints'][-1] else ''}",
+                 len(base["seeds"]), "-", "-", "-", "-", distinct(base["label"], c), "(the reference trajectory)"]
+                for c in r["checkpoints"]]
         for t in r["tests"]:
             primary = t["checkpoint"] == r["checkpoints"][-1]
             eff = "-" if t["effect"] is None else f"{100 * t['effect']:+.2f}"
             ci = "-" if t["ci"] is None else f"[{100 * t['ci'][0]:+.2f}, {100 * t['ci'][1]:+.2f}]"
-            num = (lambda v: "-" if v is None else f"{v:.4f}")
             rows.append([t["label"], by_label[t["label"]]["method"],
                          f"{t['checkpoint']}{' (primary)' if primary else ''}", len(t.get("distances") or []) or "-",
-                         eff, ci, num(t["p"]), num(t["p_holm"]), verdict_of(t, alpha)])
+                         eff, ci, num(t["p"]), num(t["p_holm"]), distinct(t["label"], t["checkpoint"]),
+                         verdict_of(t, alpha)])
         out.append(_common.markdown_table(["setting", "method", "checkpoint", "seeds", "effect (pts)", "95% CI", "p",
-                                           "p_holm", "verdict"], rows))
+                                           "p_holm", "distinct correct (written / canonical)", "verdict"], rows))
     return "\n".join(out) + "\n"
 
 

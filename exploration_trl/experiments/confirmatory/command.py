@@ -62,14 +62,15 @@ def _combine(args) -> int:
     if not args.protocol_commit:
         raise ValueError("--combine needs --protocol-commit HASH (the commit that pre-registered the protocol)")
     sha = _resolve_commit(args.protocol_commit)
-    results = []
+    results, diversities = [], []
     for d in args.combine:
         path = Path(d) / runner.RESULT_FILE
         if not path.exists():
             raise ValueError(f"--combine {d}: no {runner.RESULT_FILE}; run `exploration-trl confirm --config ... "
                              f"--output-dir {d}` until every run has finished")
         results.append(json.loads(path.read_text()))
-    combined = analysis.combine(results, sha)
+        diversities.append(analysis.diversity(results[-1], runner.collect(Path(d))))
+    combined = analysis.combine(results, sha, diversities)
     write = Path(args.write)
     _common.write_json(write, combined)
     print(f"wrote {write}")
