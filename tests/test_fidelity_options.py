@@ -81,22 +81,34 @@ def test_dsgrpo_default_is_the_trajectory_form_and_bad_value_is_one_line(ckpt, t
 
 def test_dsgrpo_warns_once_when_the_shift_outweighs_the_advantages(ckpt, tmp_path):
     """Row sums -3, -4, -4, -2 (2, 3, 1, 2 valid tokens). gamma 0.5: shifts 1.5, 2, 2, 1 on every token of the row,
-    mean |shift| = (3 + 6 + 2 + 2) / 8 = 1.625 against mean |A| = (0.04 + 0.06) / 8 = 0.0125: warned once, logged."""
+    mean |shift| = (3 + 6 + 2 + 2) / 8 = 1.625 against mean |A| = (0.04 + 0.06) / 8 = 0.0125: warned once, at the
+    next log (the step itself reads nothing from the device), and logged."""
     trainer = make("dsgrpo", ckpt, tmp_path, ds_gamma_p=0.5, ds_gamma_n=0.5)
-    with pytest.warns(UserWarning, match=r"DS-GRPO: the smoothing shift \(mean \|gamma \* L\| 1.62 per token\) is "
-                      r"larger than GRPO's advantages \(mean \|A\| 0.0125\).*grows with its length"):
-        trainer._compute_advantages(batch())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer._compute_advantages(batch())  # nothing is read on the step
+    assert "dsgrpo/shift_abs_mean" not in trainer._metrics["train"]
+    trainer._flush_device_metrics()
     assert trainer._metrics["train"]["dsgrpo/shift_abs_mean"][-1] == pytest.approx(1.625)
     assert trainer._metrics["train"]["dsgrpo/advantage_abs_mean"][-1] == pytest.approx(0.0125)
+    assert trainer._metrics["train"]["dsgrpo/shift_exceeds_advantage_frac"][-1] == 1.0
+    with pytest.warns(UserWarning, match=r"DS-GRPO: the smoothing shift outweighed GRPO's advantages on 100% of the "
+                      r"generation batches since the last log \(their means: \|gamma \* L\| 1.62 per token, \|A\| "
+                      r"0.0125\).*grows with its length"):
+        trainer.log({})
+    trainer._compute_advantages(batch())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        trainer._compute_advantages(batch())  # once per run
+        trainer.log({})  # once per run
     # gamma 0.01 with advantages of size 1: mean |shift| (0.06 + 0.12 + 0.04 + 0.04) / 8 = 0.0325 < 1, no warning
     trainer = make("dsgrpo", ckpt, tmp_path / "small")
+    trainer._compute_advantages(batch(advantages=T([1.0, -1.0, 1.0, -1.0])))
+    trainer._flush_device_metrics()
+    assert trainer._metrics["train"]["dsgrpo/shift_abs_mean"][-1] == pytest.approx(0.0325)
+    assert trainer._metrics["train"]["dsgrpo/shift_exceeds_advantage_frac"][-1] == 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        trainer._compute_advantages(batch(advantages=T([1.0, -1.0, 1.0, -1.0])))
-    assert trainer._metrics["train"]["dsgrpo/shift_abs_mean"][-1] == pytest.approx(0.0325)
+        trainer.log({})
 
 
 def test_dsgrpo_token_granularity_trains_with_ppl_shaping(ckpt, tmp_path):
@@ -122,6 +134,7 @@ def test_progrpo_skip_groups_and_sign_flips(ckpt, tmp_path):
     # Algorithm 1 (default): group 2 is all right and keeps A = 0; group 1 mixed: A + (c_ref - c_o)
     torch.testing.assert_close(out, T([0.02 + ref - c[0], -0.02 + ref - c[1], 0.0, 0.0]))
     # row 1 (wrong, A = -0.02) becomes +0.0852: one flip in 4 completions
+    trainer._flush_device_metrics()  # the step's metrics wait on the device until the next log
     assert trainer._metrics["train"]["progrpo/sign_flip_frac"][-1] == pytest.approx(0.25)
 
     trainer = make("progrpo", ckpt, tmp_path / "eq4", progrpo_alpha=1.0, progrpo_skip_groups="all_wrong")
@@ -131,6 +144,7 @@ def test_progrpo_skip_groups_and_sign_flips(ckpt, tmp_path):
     trainer = make("progrpo", ckpt, tmp_path / "keep", progrpo_alpha=1.0, progrpo_keep_sign=True)
     out = trainer._compute_advantages(progrpo_batch())
     torch.testing.assert_close(out, T([0.02 + ref - c[0], 0.0, 0.0, 0.0]))  # the wrong row is clamped at <= 0
+    trainer._flush_device_metrics()  # the step's metrics wait on the device until the next log
     assert trainer._metrics["train"]["progrpo/sign_flip_frac"][-1] == pytest.approx(0.25)  # before clamping
 
 

@@ -8,6 +8,10 @@ On CUDA each sync stalls the host until the GPU has drained its queue; on CPU th
   their selections; the exploration metrics stay on the device).
 * A logging step with the exploration metrics on: at most TRL's count + 5 (the sampled tokens of Λ(n), the top-p
   count, the one copy of every queued metric, the method's own read) and at most 1.3x TRL's aten ops.
+* A generating step: at most TRL's count + 8. The methods' own metrics stay on the device (`masked_sum`, the metric
+  queue); what remains is the exploration metrics' and rollout bookkeeping's reads, and CaSP's forking tokens. Pass@k
+  Training and PKPO are the exception (+25): their advantages are computed group by group on a host copy of the
+  rewards (`core/passk.py`), so the CPU counter sees each scalar read of that copy, where a GPU sees one copy.
 * `cov_selection: global` adds one forward per optimizer step, which brings the model's own reads (2 in the toy's
   attention-mask checks) plus one read per micro-batch: at most TRL + 4 on a step that does not log.
 """
@@ -27,6 +31,9 @@ BUDGET_NOT_LOGGING = 2
 BUDGET_LOGGING = 5
 ATEN_RATIO_LOGGING = 1.3
 GLOBAL_SELECTION_NOT_LOGGING = 4
+GENERATING = 0
+BUDGET_GENERATING = 8
+BUDGET_GENERATING_HOST_GROUPS = {"passk": 25, "pkpo": 25}  # group loops on a host copy of the rewards
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +70,8 @@ def trl_counts(ckpt, tmp_path_factory):
 def _report(name, steps, trl):
     return (f"{name}: syncs {[s['syncs'] for s in steps]} vs TRL {[s['syncs'] for s in trl]}; "
             f"aten ops {[s['aten_ops'] for s in steps]} vs TRL {[s['aten_ops'] for s in trl]}; "
-            f"by op (logging step) {steps[LOGGING]['by_op']} vs TRL {trl[LOGGING]['by_op']}")
+            f"by op (logging step) {steps[LOGGING]['by_op']} vs TRL {trl[LOGGING]['by_op']}; "
+            f"by op (generating step) {steps[GENERATING]['by_op']} vs TRL {trl[GENERATING]['by_op']}")
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -73,6 +81,8 @@ def test_sync_budget_of_every_method(method, ckpt, tmp_path, trl_counts):
     assert steps[NOT_LOGGING]["syncs"] <= trl_counts[NOT_LOGGING]["syncs"] + BUDGET_NOT_LOGGING, report
     assert steps[LOGGING]["syncs"] <= trl_counts[LOGGING]["syncs"] + BUDGET_LOGGING, report
     assert steps[LOGGING]["aten_ops"] <= ATEN_RATIO_LOGGING * trl_counts[LOGGING]["aten_ops"], report
+    budget = BUDGET_GENERATING_HOST_GROUPS.get(method, BUDGET_GENERATING)
+    assert steps[GENERATING]["syncs"] <= trl_counts[GENERATING]["syncs"] + budget, report
 
 
 @pytest.mark.parametrize("method", ["kl_cov", "clip_cov"])

@@ -174,6 +174,7 @@ def test_rollout_outputs_under_vllm(ckpt, tmp_path, method):
         assert torch.equal(out["casp_is_top1"][forking], (top_ids[..., 0] == out["completion_ids"])[forking])
     if method == "progrpo":
         conf = core_adv.confidence(own, out["completion_mask"], trainer.args.progrpo_low_prob_fraction)
+        trainer._flush_device_metrics()  # metrics wait on the device until the next log
         logged = trainer._metrics["train"]["progrpo/confidence_mean"][-1]
         assert logged == pytest.approx(torch.nanmean(conf).item(), rel=1e-4)
         wrong = core_adv.confidence(out["sampling_per_token_logps"], out["completion_mask"],
@@ -404,6 +405,7 @@ def test_vllm_logprobs_replace_the_added_pass_without_correction(ckpt, tmp_path,
         assert len(passes) == 1 and passes[0] is trainer.model  # the prompts alone, once
         conf = core_adv.confidence(padded(sampling, width), out["completion_mask"],
                                    trainer.args.progrpo_low_prob_fraction)
+        trainer._flush_device_metrics()  # metrics wait on the device until the next log
         logged = trainer._metrics["train"]["progrpo/confidence_mean"][-1]
         assert logged == pytest.approx(torch.nanmean(conf).item(), rel=1e-5)
     assert trainer._metrics["train"]["vllm/rollout_logps_from_vllm"] == [1.0]

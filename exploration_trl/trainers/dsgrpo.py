@@ -13,6 +13,10 @@ from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
+from .metrics_logging import masked_sum
+
+#: The share of (process, generation batch) pairs whose smoothing shift outweighed GRPO's advantages.
+SHIFT_EXCEEDS = "dsgrpo/shift_exceeds_advantage_frac"
 
 
 @dataclass
@@ -81,34 +85,43 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
         guard_correctness(self, batch.rewards, is_correct(batch.rewards, self.args.correct_reward_threshold),
                           batch.num_generations, "dsgrpo", "DS-GRPO gives every completion the same side of its "
                           "smoothing (the bonus of correct ones, or the penalty of wrong ones)")
-        correct, wrong = right & mask.bool(), ~right & mask.bool()
         valid = mask.bool()
-        shift_abs = delta.abs()[valid].sum().item()
-        adv_abs = (broadcast_advantages(advantages, shape).abs() * mask)[valid].sum().item()
-        n_valid = valid.sum().item()
-        # Sums and counts, reduced across processes: mean bonus on correct tokens, mean penalty on wrong tokens, and
-        # the size of the shift against GRPO's advantages.
-        self._log_loss_state_metrics({"metrics": {
-            "dsgrpo/bonus_mean": (delta[correct].sum().item(), correct.sum().item()),
-            "dsgrpo/penalty_mean": (delta[wrong].sum().item(), wrong.sum().item()),
+        correct, wrong = right & valid, ~right & valid
+        # Sums and counts on the device, reduced across processes and read at the next log (no host read here): mean
+        # bonus on correct tokens, mean penalty on wrong tokens, the size of the shift against GRPO's advantages, and
+        # whether the shift outweighed them on this process and step (the warning's trigger, read in `log`).
+        shift_abs = masked_sum(delta.abs(), valid)
+        adv_abs = masked_sum(broadcast_advantages(advantages, shape).abs(), valid)
+        n_valid = valid.sum()
+        self._log_device_metrics({
+            "dsgrpo/bonus_mean": (masked_sum(delta, correct), correct.sum()),
+            "dsgrpo/penalty_mean": (masked_sum(delta, wrong), wrong.sum()),
             "dsgrpo/shift_abs_mean": (shift_abs, n_valid),
             "dsgrpo/advantage_abs_mean": (adv_abs, n_valid),
-        }})
-        self._warn_if_shift_dominates(shift_abs / max(n_valid, 1), adv_abs / max(n_valid, 1))
+            SHIFT_EXCEEDS: (((shift_abs > adv_abs) & (adv_abs != 0)).float(), 1.0),
+        })
         return new
 
-    def _warn_if_shift_dominates(self, shift: float, adv: float):
-        """Once per run: the smoothing term outweighs GRPO's advantages (the trajectory log-prob grows with length)."""
-        if shift <= adv or adv == 0.0 or getattr(self, "_warned_shift", False):
-            return
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._flush_device_metrics()  # the window's values reach `_metrics` (what the base class's `log` does first)
+        window = self._metrics["train"]
+        if not getattr(self, "_warned_shift", False) and any(v > 0 for v in window.get(SHIFT_EXCEEDS, [])):
+            mean = (lambda name: sum(window[name]) / max(len(window[name]), 1))  # noqa: E731
+            self._warn_shift_dominates(mean(SHIFT_EXCEEDS), mean("dsgrpo/shift_abs_mean"),
+                                       mean("dsgrpo/advantage_abs_mean"))
+        super().log(logs, start_time)
+
+    def _warn_shift_dominates(self, frac: float, shift: float, adv: float):
+        """Once per run: the smoothing term outweighed GRPO's advantages (the trajectory log-prob grows with length)."""
         self._warned_shift = True
         warnings.warn(
-            f"DS-GRPO: the smoothing shift (mean |gamma * L| {shift:.3g} per token) is larger than GRPO's advantages "
-            f"(mean |A| {adv:.3g}) on this step. With ds_logp_granularity={self.args.ds_logp_granularity} L is "
+            f"DS-GRPO: the smoothing shift outweighed GRPO's advantages on {frac:.0%} of the generation batches since "
+            f"the last log (their means: |gamma * L| {shift:.3g} per token, |A| {adv:.3g}). With ds_logp_granularity="
+            f"{self.args.ds_logp_granularity} L is "
             + ("the completion's log-probability, a sum that grows with its length, so long completions are ranked "
                "by log-probability more than by reward. " if self.args.ds_logp_granularity == "sequence_sum" else
                "the rollout log-probability. ")
             + "Lower ds_gamma_p / ds_gamma_n, or set ds_logp_granularity: sequence_mean or token (README). Shown "
-            "once; logged every step as dsgrpo/shift_abs_mean and dsgrpo/advantage_abs_mean.",
+            f"once; logged every step as dsgrpo/shift_abs_mean, dsgrpo/advantage_abs_mean and {SHIFT_EXCEEDS}.",
             UserWarning, stacklevel=2,
         )

@@ -13,6 +13,7 @@ from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
+from .metrics_logging import masked_sum
 
 __all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
 
@@ -82,13 +83,13 @@ class PasskTrainer(ExplorationGRPOTrainer):
                                        valid=~torch.isnan(rewards), scale=self.args.scale_rewards != "none")
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         local_correct = correct[batch.process_slice].to(adv.device)
-        self._log_loss_state_metrics({"metrics": {
+        local_wrong = ~local_correct
+        self._log_device_metrics({  # on the device until the next log: no host read on the step
             "passk/k": (float(self.args.passk_k), 1),
-            "passk/adv_correct_mean": (adv[local_correct].sum().item(), local_correct.sum().item()),
-            "passk/adv_wrong_mean": (adv[~local_correct].sum().item(), (~local_correct).sum().item()),
-            "passk/wrong_adv_positive_frac": (((adv > 0) & ~local_correct).sum().item(),
-                                              (~local_correct).sum().item()),
-        }})
+            "passk/adv_correct_mean": (masked_sum(adv, local_correct), local_correct.sum()),
+            "passk/adv_wrong_mean": (masked_sum(adv, local_wrong), local_wrong.sum()),
+            "passk/wrong_adv_positive_frac": (((adv > 0) & local_wrong).sum(), local_wrong.sum()),
+        })
         return adv
 
 
@@ -155,11 +156,11 @@ class PKPOTrainer(ExplorationGRPOTrainer):
                                       scale=self.args.scale_rewards)
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold).to(adv.device)
-        self._log_loss_state_metrics({"metrics": {
+        self._log_device_metrics({  # on the device until the next log: no host read on the step
             "pkpo/k": (float(k), 1),
-            "pkpo/adv_abs_mean": (adv.abs().sum().item(), adv.numel()),
-            "pkpo/adv_wrong_mean": (adv[~correct].sum().item(), (~correct).sum().item()),
-        }})
+            "pkpo/adv_abs_mean": (adv.abs().sum(), adv.numel()),
+            "pkpo/adv_wrong_mean": (masked_sum(adv, ~correct), (~correct).sum()),
+        })
         return adv
 
 
@@ -225,8 +226,8 @@ class UnlikelyTrainer(ExplorationGRPOTrainer):
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         factor = (shaped / rewards)[batch.process_slice].to(adv.device)
         local_correct = correct[batch.process_slice].to(adv.device) & (rewards[batch.process_slice] != 0).to(adv.device)
-        self._log_loss_state_metrics({"metrics": {
-            "unlikely/factor_correct_mean": (factor[local_correct].sum().item(), local_correct.sum().item()),
-            "unlikely/adv_change_abs_mean": ((adv - batch.advantages).abs().sum().item(), adv.numel()),
-        }})
+        self._log_device_metrics({  # on the device until the next log: no host read on the step
+            "unlikely/factor_correct_mean": (masked_sum(factor, local_correct), local_correct.sum()),
+            "unlikely/adv_change_abs_mean": ((adv - batch.advantages).abs().sum(), adv.numel()),
+        })
         return adv

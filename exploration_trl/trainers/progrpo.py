@@ -118,22 +118,26 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
 
         unclamped = shifted(keep_sign=False)
         new = shifted(keep_sign=True) if args.progrpo_keep_sign else unclamped
-        mode = "train" if self.model.training else "eval"
         # Sign flips the shift causes (before `progrpo_keep_sign` clamps them), over all completions.
         flips = ((global_adv > 0) & (unclamped < 0)) | ((global_adv < 0) & (unclamped > 0))
-        self._metrics[mode]["progrpo/sign_flip_frac"].append(flips.float().mean().item())
         conf = core_adv.confidence(logps, mask, args.progrpo_low_prob_fraction)
-        self._metrics[mode]["progrpo/confidence_mean"].append(torch.nanmean(conf).item())
-        if prompt_logps is not None:
-            ref = core_adv.confidence(prompt_logps, prompt_mask, args.progrpo_low_prob_fraction)
-            self._metrics[mode]["progrpo/prompt_confidence_mean"].append(torch.nanmean(ref).item())
-        self._metrics[mode]["progrpo/adjustment_abs_mean"].append((new - global_adv).abs().mean().item())
         correct = is_correct(batch.rewards, args.correct_reward_threshold).view(-1, batch.num_generations)
         # The one warning when no group mixes correct and wrong (it used to be a second, per-batch one here).
         guard_correctness(self, batch.rewards, correct, batch.num_generations, "progrpo",
                           SKIP_RULE_EFFECT[args.progrpo_skip_groups])
         mixed = correct.any(dim=1) & ~correct.all(dim=1)
-        self._metrics[mode]["progrpo/mixed_group_frac"].append(mixed.float().mean().item())
+        # Global already (the gathered batch): kept on the device until the next log, not reduced again. A confidence
+        # is NaN for a completion without tokens; the means skip those (a step with none logs no value).
+        metrics = {
+            "progrpo/sign_flip_frac": (flips.sum(), flips.numel()),
+            "progrpo/confidence_mean": (conf.nansum(), (~conf.isnan()).sum()),
+            "progrpo/adjustment_abs_mean": ((new - global_adv).abs().sum(), new.numel()),
+            "progrpo/mixed_group_frac": (mixed.sum(), mixed.numel()),
+        }
+        if prompt_logps is not None:
+            ref = core_adv.confidence(prompt_logps, prompt_mask, args.progrpo_low_prob_fraction)
+            metrics["progrpo/prompt_confidence_mean"] = (ref.nansum(), (~ref.isnan()).sum())
+        self._log_device_metrics(metrics, reduce=False)
         return new[batch.process_slice]
 
     def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
