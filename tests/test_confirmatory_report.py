@@ -86,6 +86,13 @@ def test_verdict_table_on_known_answers(monkeypatch):
     assert "1,234 parameters" in text
 
 
+def test_verdict_names_the_share_of_resamples_outside_the_curve():
+    t = {"p": 0.2, "p_holm": 0.4, "reason": None, "outside_resamples": 0.125}
+    assert analysis.verdict_of(t, 0.05) == ("not shown to beat GRPO (12% of resamples put a seed outside GRPO's "
+                                            "curve: counted as the lowest effect, -100)")
+    assert analysis.verdict_of({**t, "p_holm": 0.01, "outside_resamples": 0.0}, 0.05) == "**beats GRPO**"
+
+
 def test_diversity_is_none_where_a_run_did_not_record_it(monkeypatch):
     result, records = synthetic_runs(monkeypatch)
     for row in records[("on", 12)]["rows"]:

@@ -158,9 +158,12 @@ def verdict_of(t: dict[str, Any], alpha: float) -> str:
     """One test's verdict in words: beats GRPO's trajectory only when Holm's adjusted p is below `alpha`."""
     if t["p"] is None:
         return f"no verdict ({t['reason']})"
+    outside = t.get("outside_resamples") or 0.0
+    note = (f" ({outside:.0%} of resamples put a seed outside GRPO's curve: counted as the lowest effect, -100)"
+            if outside > 0 else "")
     if t["p_holm"] < alpha:
-        return "**beats GRPO**"
-    return "not shown to beat GRPO"
+        return "**beats GRPO**" + note
+    return "not shown to beat GRPO" + note
 
 
 def _pct(v: float) -> str:
