@@ -19,6 +19,13 @@ from .metrics_logging import masked_sum
 SHIFT_EXCEEDS = "dsgrpo/shift_exceeds_advantage_frac"
 
 
+def _window_mean(window: dict, name: str) -> float:
+    """The mean of a metric's values since the last log; `.get`, so that reading adds no empty list (which TRL's
+    `log` would try to average)."""
+    values = window.get(name) or []
+    return sum(values) / max(len(values), 1)
+
+
 @dataclass
 class DSGRPOConfig(ExplorationGRPOConfig):
     """DS-GRPO: an entropy bonus on correct completions (`A - gamma_p * L`) and a penalty on wrong ones
@@ -106,9 +113,8 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
         self._flush_device_metrics()  # the window's values reach `_metrics` (what the base class's `log` does first)
         window = self._metrics["train"]
         if not getattr(self, "_warned_shift", False) and any(v > 0 for v in window.get(SHIFT_EXCEEDS, [])):
-            mean = (lambda name: sum(window[name]) / max(len(window[name]), 1))  # noqa: E731
-            self._warn_shift_dominates(mean(SHIFT_EXCEEDS), mean("dsgrpo/shift_abs_mean"),
-                                       mean("dsgrpo/advantage_abs_mean"))
+            self._warn_shift_dominates(*(_window_mean(window, name) for name in (
+                SHIFT_EXCEEDS, "dsgrpo/shift_abs_mean", "dsgrpo/advantage_abs_mean")))
         super().log(logs, start_time)
 
     def _warn_shift_dominates(self, frac: float, shift: float, adv: float):
