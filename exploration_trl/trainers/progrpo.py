@@ -122,7 +122,7 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
         flips = ((global_adv > 0) & (unclamped < 0)) | ((global_adv < 0) & (unclamped > 0))
         conf = core_adv.confidence(logps, mask, args.progrpo_low_prob_fraction)
         correct = is_correct(batch.rewards, args.correct_reward_threshold).view(-1, batch.num_generations)
-        # The one warning when no group mixes correct and wrong (it used to be a second, per-batch one here).
+        # The one warning when no group mixes correct and wrong (the guard decides it at the log).
         guard_correctness(self, batch.rewards, correct, batch.num_generations, "progrpo",
                           SKIP_RULE_EFFECT[args.progrpo_skip_groups])
         mixed = correct.any(dim=1) & ~correct.all(dim=1)
