@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core import advantages as core_adv
-from ..core._utils import broadcast_advantages
+from ..core._utils import broadcast_advantages, masked_sum
 from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
-from .metrics_logging import masked_sum
 
 #: The share of (process, generation batch) pairs whose smoothing shift outweighed GRPO's advantages.
 SHIFT_EXCEEDS = "dsgrpo/shift_exceeds_advantage_frac"

@@ -22,12 +22,6 @@ from .rollout import RolloutBatch
 MAX_PENDING_METRICS = 4096
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`values[mask].sum()` without the boolean-mask compaction (a host-device sync): a device scalar. Entries
-    outside `mask` count as 0 even when they are NaN or inf."""
-    return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum()
-
-
 class ExplorationMetricsMixin:
     """Metric logging; every value is reduced across processes, so all processes log alike."""
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core import passk as core_pk
+from ..core._utils import masked_sum
 from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
-from .metrics_logging import masked_sum
 
 __all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
 
