@@ -29,6 +29,7 @@ from datasets import Dataset
 from trl.models import unwrap_model_for_generation
 
 import exploration_trl as et
+from exploration_trl.rewards import record_failure
 from helpers import distinct_char_reward
 
 #: Per-method settings. Strong enough that a 3-step toy run visibly differs from GRPO, and chosen so that the
@@ -51,6 +52,15 @@ METHOD_SETTINGS = {
     "kl_cov-global": {"kl_cov_ratio": 0.2, "kl_cov_coef": 1.0, "cov_selection": "global"},
     "clip_cov-global": {"clip_cov_ratio": 0.2, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9, "cov_selection": "global"},
 }
+
+def counted_reward(completions, **kwargs):
+    """`distinct_char_reward`, with each completion shorter than 4 characters also counted as a reward failure (its
+    score kept, so training is unchanged): `rewards/counted_reward/failures` must be summed over processes."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    record_failure("counted_reward", sum(len(t) < 4 for t in texts))
+    return distinct_char_reward(completions, **kwargs)
+
+
 PROMPTS = [
     "sum 12 and 7", "a", "write the longest word you know, then stop", "go", "count to three please",
     "xyz", "repeat after me: abc abc abc", "hi there", "b", "what is two plus two?", "ok", "name a color",
@@ -119,7 +129,7 @@ def train_one(method: str, ckpt: str, out: Path, per_device: int, lora: bool, ma
 
         peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     dataset = Dataset.from_dict({"prompt": PROMPTS})
-    trainer = trainer_cls(model=ckpt, reward_funcs=distinct_char_reward, args=args, train_dataset=dataset,
+    trainer = trainer_cls(model=ckpt, reward_funcs=counted_reward, args=args, train_dataset=dataset,
                           peft_config=peft_config)
     trainer._shapes = []
     trainer.train()

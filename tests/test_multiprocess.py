@@ -61,6 +61,7 @@ METHOD_METRICS = {
 EXPLORATION_METRICS = ["exploration/entropy_correct", "exploration/entropy_wrong", "exploration/lambda_1",
                        "exploration/lambda_sample", "exploration/branching_factor", "exploration/pass_at_G",
                        "exploration/unique_completions_per_group"]
+FAILURES = "rewards/counted_reward/failures"  # tests/mp_driver.py's reward counts its short completions
 EQUAL_TOL = 1e-6  # max |param difference| between a 2-process and a 1-process run (measured: ~1e-8)
 ACTIVE_TOL = 1e-5  # a method counts as active when it moves some parameter this much away from GRPO (100x EQUAL noise)
 ENGINES = {  # engine -> (shipped accelerate config, the 1-process reference it is compared with)
@@ -153,6 +154,9 @@ def test_method_under_engine(engine, method, runs):
     logged = {k for entry in info["log_history"] for k in entry}
     wanted = EXPLORATION_METRICS + [k for part in method.split("+") for k in METHOD_METRICS[part]]
     assert not [k for k in wanted if k not in logged], f"missing metrics under {engine}"
+    # Reward failures are counted per process and summed: the same counts as one process on the same batches.
+    failures = [[e[FAILURES] for e in run["log_history"] if FAILURES in e] for run in (info, _run(one / method))]
+    assert failures[0] == failures[1] and sum(failures[0]) > 0, failures
 
     params = _params(two / method)
     if method != "grpo":

@@ -8,10 +8,11 @@ On CUDA each sync stalls the host until the GPU has drained its queue; on CPU th
   their selections; the exploration metrics stay on the device).
 * A logging step with the exploration metrics on: at most TRL's count + 5 (the sampled tokens of Λ(n), the top-p
   count, the one copy of every queued metric, the method's own read) and at most 1.3x TRL's aten ops.
-* A generating step: at most TRL's count + 8. The methods' own metrics stay on the device (`masked_sum`, the metric
-  queue); what remains is the exploration metrics' and rollout bookkeeping's reads, and CaSP's forking tokens. Pass@k
-  Training and PKPO are the exception (+25): their advantages are computed group by group on a host copy of the
-  rewards (`core/passk.py`), so the CPU counter sees each scalar read of that copy, where a GPU sees one copy.
+* A generating step: at most TRL's count + 4. The methods' own metrics, the reward failure counts and the logged
+  advantages stay on the device until the log; what remains is the first batch's reward check (a run that no reward
+  scores must stop there), and a few reads of ProGRPO, CaSP, KL-Cov and Clip-Cov. Pass@k Training and PKPO are
+  the exception (+18): their advantages are computed group by group on a host copy of the rewards (`core/passk.py`),
+  so the CPU counter sees each scalar read of that copy, where a GPU sees one copy.
 * `cov_selection: global` adds one forward per optimizer step, which brings the model's own reads (2 in the toy's
   attention-mask checks) plus one read per micro-batch: at most TRL + 4 on a step that does not log.
 """
@@ -32,8 +33,8 @@ BUDGET_LOGGING = 5
 ATEN_RATIO_LOGGING = 1.3
 GLOBAL_SELECTION_NOT_LOGGING = 4
 GENERATING = 0
-BUDGET_GENERATING = 8
-BUDGET_GENERATING_HOST_GROUPS = {"passk": 25, "pkpo": 25}  # group loops on a host copy of the rewards
+BUDGET_GENERATING = 4
+BUDGET_GENERATING_HOST_GROUPS = {"passk": 18, "pkpo": 18}  # group loops on a host copy of the rewards
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +42,23 @@ def ckpt(tmp_path_factory):
     return toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt")
 
 
-def run_counts(ckpt, path, method: str | None, **overrides) -> list[dict]:
-    """Counts per optimizer step of a 3-step run (`method=None`: TRL's own trainer)."""
+def run_counts(ckpt, path, method: str | None, logs_at=(LOGGING + 1,), **overrides) -> list[dict]:
+    """Counts per optimizer step of a 3-step run (`method=None`: TRL's own trainer); `logs_at`: the steps (from 1)
+    that must log."""
     if method is None:
         trainer_cls, config_cls = GRPOTrainer, GRPOConfig
     else:
         trainer_cls = et.get_trainer_class(method)
         config_cls = trainer_cls.config_class
+    overrides = {"max_steps": 3, **overrides}
     args = config_cls(**grpo_kwargs(path, per_device_train_batch_size=4, steps_per_generation=3, logging_steps=3,
-                                    max_steps=3, **overrides))
+                                    **overrides))
     callback = steps_sync_callback()
     trainer = trainer_cls(model=ckpt, reward_funcs=letter_reward, args=args, train_dataset=toy_dataset(),
                           callbacks=[callback])
     trainer.train()
-    assert [e["step"] for e in trainer.state.log_history if "loss" in e] == [LOGGING + 1]  # only step 2 logs
-    assert len(callback.steps) == 3
+    assert [e["step"] for e in trainer.state.log_history if "loss" in e] == list(logs_at)  # e.g. only step 2 logs
+    assert len(callback.steps) == args.max_steps
     return callback.steps
 
 
@@ -92,9 +95,19 @@ def test_sync_budget_of_global_cov_selection(method, ckpt, tmp_path, trl_counts)
     assert steps[NOT_LOGGING]["syncs"] <= trl_counts[NOT_LOGGING]["syncs"] + GLOBAL_SELECTION_NOT_LOGGING, report
 
 
-def test_metrics_off_adds_no_sync(ckpt, tmp_path, trl_counts):
-    steps = run_counts(ckpt, tmp_path, "grpo", exploration_metrics=False)
-    assert [s["syncs"] for s in steps[1:]] == [s["syncs"] for s in trl_counts[1:]], _report("grpo", steps, trl_counts)
+def test_metrics_off_reads_as_trl_after_the_first_batch(ckpt, tmp_path):
+    """With `exploration_metrics: false`, two generation cycles: after the first batch (whose reward check must stop
+    a run that no reward scores, so it is read on the step) every step that does not log reads the device exactly as
+    often as TRL's; a logging step adds the metric queue's one copy (the reward failure counts and the unscored-batch
+    flags, logged with the metrics off too)."""
+    trl = run_counts(ckpt, tmp_path / "trl", None, max_steps=6, logs_at=[3, 6])
+    ours = run_counts(ckpt, tmp_path / "grpo", "grpo", max_steps=6, logs_at=[3, 6], exploration_metrics=False)
+    report = _report("grpo", ours, trl)
+    assert ours[GENERATING]["syncs"] == trl[GENERATING]["syncs"] + 1, report  # the first batch's reward check
+    for step in (NOT_LOGGING, 3, 4):  # 3: the second generating step
+        assert ours[step]["syncs"] == trl[step]["syncs"], (step, report)
+    for step in (LOGGING, 5):
+        assert ours[step]["syncs"] == trl[step]["syncs"] + 1, (step, report)
 
 
 def test_counter_sees_every_kind_of_sync():

@@ -51,6 +51,27 @@ def test_exploration_metrics_logged_with_sane_values(ckpt, tmp_path):
     assert all(math.isfinite(log[k]) for k in EXPLORATION_KEYS if log[k] is not None)
 
 
+def test_reward_failures_are_logged_per_generation_batch(ckpt, tmp_path):
+    """`rewards/<name>/failures` is the number of completions the reward could not score, one value per generation
+    batch (kept on the device until the log), so each step's log holds its own batch's count."""
+    from exploration_trl.rewards import record_failure
+
+    counts = []
+
+    def flaky_reward(completions, **kwargs):
+        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        failed = [len(t) % 2 == 0 for t in texts]  # varies from batch to batch for the untrained toy model
+        record_failure("flaky_reward", sum(failed))
+        counts.append(sum(failed))
+        return [None if f else len(set(t)) / 8 for t, f in zip(texts, failed, strict=True)]
+
+    cls = et.get_trainer_class("grpo")
+    trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=flaky_reward, max_steps=4)
+    logged = [h["rewards/flaky_reward/failures"] for h in trainer.state.log_history if "loss" in h]
+    assert logged == [float(c) for c in counts] and len(counts) == 4
+    assert len(set(counts)) > 1, "the check needs batches with different counts"
+
+
 def test_per_response_sum_hand_worked():
     """CaSP Eq. 2: mean over each response's tokens, then over responses. Values [-1, -3 | -4] in rows 0, 0, 1 (row 2
     has none): response means -2 and -4, so (sum -6, 2 responses) -> -3, where the token average is -8/3."""
@@ -112,3 +133,22 @@ def test_method_metrics_logged(ckpt, tmp_path, method):
     if method == "dsgrpo":
         # Correct rows get A - gamma_p*lbar with lbar < 0 (a bonus > 0); wrong rows A + gamma_n*lbar (< 0).
         assert log["dsgrpo/bonus_mean"] > 0 and log["dsgrpo/penalty_mean"] < 0
+
+
+def test_a_later_batch_that_no_reward_scores_is_logged_and_warned_once(ckpt, tmp_path):
+    """After the first scored batch, an unscored one does not stop training (the first batch does: see
+    `test_everyday_errors`); it is logged as `rewards/unscored_batch_frac` and warned about once, at the log."""
+    calls = []
+
+    def fading_reward(completions, **kwargs):
+        calls.append(len(calls))
+        return [1.0 if len(calls) == 1 and i % 2 else (0.0 if len(calls) == 1 else None)
+                for i in range(len(completions))]
+
+    cls = et.get_trainer_class("grpo")
+    with pytest.warns(UserWarning, match=r"no reward scored any completion of 1 of the 1 generation batches of the "
+                                         r"logging window ending at step 2 \(every reward of fading_reward returned None\)") as record:
+        trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=fading_reward, max_steps=3)
+    logged = [h["rewards/unscored_batch_frac"] for h in trainer.state.log_history if "loss" in h]
+    assert logged == [0.0, 1.0, 1.0]
+    assert sum("no reward scored any completion" in str(w.message) for w in record) == 1

@@ -86,9 +86,12 @@ def test_old_logps_condition_mirrors_trl(ckpt, tmp_path, steps_per_generation, e
 
 def test_logged_advantages_are_the_final_ones(ckpt, tmp_path):
     trainer = make_trainer(ckpt, tmp_path, method="dsgrpo", ds_gamma_p=0.3, ds_gamma_n=0.3,
-                           ds_logp_granularity="token")
+                           ds_logp_granularity="token", log_completions=True)
     batch = [trainer.train_dataset[i] for i in range(4)]
+    trainer._generate_and_score_completions([trainer.train_dataset[i] for i in range(4, 8)])
     out = trainer._generate_and_score_completions(batch)
+    # TRL logs its own advantages on the step; the final ones replace them at the next log (read then, not on the step).
+    trainer.log({})
     logged = torch.tensor(list(trainer._logs["advantages"]))[-4:]
     # DS-GRPO's token granularity gives (B, T) advantages; TRL's log holds one value per completion,
     # so the final advantages are logged as their mean over the completion's tokens.
@@ -110,6 +113,12 @@ def test_trl_generation_hooks_exist():
     src = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     assert "self._calculate_rewards(" in src and '"advantages": advantages' in src
     assert 'self._logs["advantages"].extend(all_process_advantages.tolist())' in src
+    # ... and reads `_logs` only for the completions table: `_replace_logged_advantages` does nothing without it.
+    log_src = inspect.getsource(GRPOTrainer.log)
+    assert 'self._logs["advantages"]' in log_src
+    assert log_src.index("self.accelerator.is_main_process and self.log_completions:") < log_src.index("self._logs[")
+    module_src = inspect.getsource(inspect.getmodule(GRPOTrainer))
+    assert module_src.count('self._logs["advantages"]') == 1 + log_src.count('self._logs["advantages"]')  # + extend
     fused = inspect.getsource(inspect.getmodule(GRPOTrainer).add_fused_lm_head)
     assert "backbone_outputs.last_hidden_state[:, :-1]" in fused
 

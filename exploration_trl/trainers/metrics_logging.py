@@ -26,13 +26,31 @@ class ExplorationMetricsMixin:
     """Metric logging; every value is reduced across processes, so all processes log alike."""
 
     def _replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch):
-        """TRL logs GRPO's advantages in `_logs["advantages"]`; show the final ones instead."""
+        """TRL logs GRPO's advantages in `_logs["advantages"]` for its completions table; show the final ones
+        instead. Gathered now (a collective, at the same point on every process), read at the next log.
+
+        TRL reads `_logs` only when `log_completions` is on (its `log`), so otherwise nothing is done."""
+        if not self.log_completions:
+            return
         if advantages.dim() == 2:
             mask = batch.completion_mask.float()
             advantages = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        final = self._gather(advantages.float()).tolist()
+        pending = self.__dict__.setdefault("_pending_logged_advantages", [])
+        pending.append(self._gather(advantages.float()))
+        # Keep no more batches than TRL's deque can still show (it keeps the last `maxlen` values).
+        maxlen = self._logs["advantages"].maxlen
+        while maxlen is not None and len(pending) > 1 and sum(t.numel() for t in pending[1:]) >= maxlen:
+            pending.pop(0)
+
+    def _write_logged_advantages(self):
+        """Replace the newest values of TRL's advantage log by the final advantages of the same completions (TRL
+        added one value per completion of each batch, in the same order)."""
+        pending = self.__dict__.pop("_pending_logged_advantages", None)
+        if not pending:
+            return
         logged = self._logs["advantages"]
-        for _ in range(min(len(final), len(logged))):
+        final = torch.cat(pending).tolist()[-len(logged):] if logged else []
+        for _ in range(len(final)):
             logged.pop()
         logged.extend(final)
 
@@ -89,6 +107,7 @@ class ExplorationMetricsMixin:
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         self._flush_device_metrics()  # TRL's `log` averages `_metrics`: the queued values must be in it
+        self._write_logged_advantages()  # and prints `_logs` (with `log_completions`)
         super().log(logs, start_time)
 
     def _save_checkpoint(self, model, trial) -> None:

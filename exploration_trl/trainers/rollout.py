@@ -16,6 +16,9 @@ from ._collectives import gather_rows
 from ._generation_logps import GenerationLogps, padded
 from .capture import _Capture
 
+#: Per generation batch, 1 if no reward scored any of its completions (logged as a share of the logging window).
+UNSCORED_BATCHES = "rewards/unscored_batch_frac"
+
 
 @dataclass
 class RolloutBatch:
@@ -74,36 +77,50 @@ class RolloutMixin:
     def _check_some_reward(self, rewards_per_func: torch.Tensor):
         """No silent no-op when no reward scores anything (every value None/NaN: TRL then trains on zero advantages).
 
-        On the first batches this is a setup mistake, so training stops; after rewards were seen, a batch without
-        any is warned about once. `rewards_per_func` is gathered across processes, so every process decides alike.
+        Until a batch was scored this is a setup mistake, so training stops (read on the step). After that a batch
+        without any score is only warned about, once: its flag (`rewards/unscored_batch_frac`) stays on the device
+        and is decided at the next log. `rewards_per_func` is gathered across processes, so every process decides
+        alike.
         """
-        if not bool(torch.isnan(rewards_per_func).all()):
-            self._some_reward_seen = True
-            return
-        names = ", ".join(self.reward_func_names)
+        unscored = torch.isnan(rewards_per_func).all()
         if not getattr(self, "_some_reward_seen", False):
-            raise NoRewardError(
-                f"no reward scored any completion: every reward ({names}) returned None for every completion of the "
-                "first batch; check that the dataset has the columns the rewards read (e.g. `answer` for "
-                "math_accuracy) and that its reference answers parse"
-            )
-        if not getattr(self, "_warned_no_reward", False):
+            if bool(unscored):
+                names = ", ".join(self.reward_func_names)
+                raise NoRewardError(
+                    f"no reward scored any completion: every reward ({names}) returned None for every completion of "
+                    "the first batch; check that the dataset has the columns the rewards read (e.g. `answer` for "
+                    "math_accuracy) and that its reference answers parse"
+                )
+            self._some_reward_seen = True
+        self._log_device_metrics({UNSCORED_BATCHES: (unscored.double(), 1.0)}, reduce=False)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._flush_device_metrics()  # the window's flags reach `_metrics` (what the base class's `log` does first)
+        mode = "train" if self.model.training else "eval"
+        unscored = self._metrics[mode].get(UNSCORED_BATCHES, [])
+        if any(v > 0 for v in unscored) and not getattr(self, "_warned_no_reward", False):
             self._warned_no_reward = True
-            warnings.warn(f"no reward scored any completion of a generation batch at step {self.state.global_step} "
-                          f"(every reward of {names} returned None); that batch taught nothing. Warned once.",
-                          UserWarning, stacklevel=2)
+            names = ", ".join(self.reward_func_names)
+            warnings.warn(
+                f"no reward scored any completion of {sum(v > 0 for v in unscored)} of the {len(unscored)} generation "
+                f"batches of the logging window ending at step {self.state.global_step} (every reward of {names} "
+                f"returned None); those batches taught nothing. Logged as {UNSCORED_BATCHES}; warned once.",
+                UserWarning, stacklevel=2,
+            )
+        super().log(logs, start_time)
 
     def _log_reward_failures(self):
+        """Log how many completions each reward could not score on this batch, summed over processes.
+
+        Queued for the next log (no device read on the step). The queue logs a global `sum / count`: only the main
+        process counts the entry, so the reduced count is 1 and the value is the sum over processes."""
         from ..rewards import pop_failure_counts
 
         counts = pop_failure_counts()
-        local = torch.tensor(
-            [float(counts.get(name, 0)) for name in self.reward_func_names], device=self.accelerator.device
+        once = 1.0 if self.accelerator.is_main_process else 0.0
+        self._log_device_metrics(
+            {f"rewards/{name}/failures": (float(counts.get(name, 0)), once) for name in self.reward_func_names}
         )
-        total = self.accelerator.reduce(local, reduction="sum")
-        mode = "train" if self.model.training else "eval"
-        for name, value in zip(self.reward_func_names, total.tolist(), strict=True):
-            self._metrics[mode][f"rewards/{name}/failures"].append(value)
 
     # ------------------------------------------------------------------ steps of `_generate_and_score_completions`
     # `ExplorationGRPOTrainer._generate_and_score_completions` (base.py) calls these in order.
@@ -220,9 +237,10 @@ class RolloutMixin:
     def _build_rollout_batch(self, output, capture: _Capture | None) -> RolloutBatch:
         rewards_per_func = self._last_rewards_per_func
         weights = self.reward_weights.to(rewards_per_func.device)
-        # Same aggregation as TRL: weighted nansum, NaN when every reward function returned None.
+        # Same aggregation as TRL: weighted nansum, NaN when every reward function returned None (a `where`, where
+        # TRL's boolean-mask assignment reads the mask on the host).
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        rewards = torch.where(torch.isnan(rewards_per_func).all(dim=1), torch.nan, rewards)
         n_local = output["completion_ids"].size(0)
         rank = self.accelerator.process_index
         mode = "train" if self.model.training else "eval"
