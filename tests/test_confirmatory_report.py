@@ -75,7 +75,7 @@ def test_verdict_table_on_known_answers(monkeypatch):
             for line in text.splitlines() if line.startswith("| ") and not line.startswith("| setting")}
     assert rows["above"][9] == "**beats GRPO**"
     assert rows["above"][4] == "+10.00"  # the distance is exactly 0.10 for every seed
-    assert float(rows["above"][7]) < 0.05
+    assert float(rows["above"][7].removeprefix("< ")) < 0.05
     assert rows["on"][9] == "not shown to beat GRPO" and rows["on"][4] == "+0.00"
     assert rows["beyond"][9].startswith("no verdict (a seed's pass@1 is outside") and rows["beyond"][6] == "-"
     assert rows["above"][2] == "2 (primary)" and rows["above"][3] == "5"
@@ -112,14 +112,55 @@ def test_fill_block_replaces_only_between_the_markers(tmp_path):
         analysis.fill_block(page, "x\n")
 
 
+def test_summary_table_on_known_answers(monkeypatch):
+    result, records = synthetic_runs(monkeypatch)
+    text = analysis.summary_markdown(analysis.combine([result], "b" * 40))
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]]
+            for line in text.splitlines() if line.startswith("| ") and not line.startswith("| set-up")}
+    assert set(rows) == {"above", "on", "beyond"}  # GRPO is the reference, not a row
+    assert rows["above"][0] == "synthetic" and rows["above"][2].startswith("2: +10.00 [")
+    assert rows["above"][4] == "**beats GRPO**" and float(rows["above"][3].removeprefix("< ")) < 0.05
+    assert rows["on"][4] == "not shown to beat GRPO"
+    assert rows["beyond"][4].startswith("no verdict: a seed's pass@1 is outside") and rows["beyond"][3] == "-"
+    assert "\n\nA CI bound" in text and "Pre-registered in commit bbbbbbb." in text
+
+
+def test_a_bootstrap_p_of_zero_is_shown_as_a_bound():
+    setup = {"bootstrap": {"resamples": 10000}, "tests": [{"p": 0.0}, {"p": 0.2}, {"p": None}]}
+    p_text, p_holm_text = analysis._p_formats(setup)
+    assert (p_text(0.0), p_text(0.0123), p_text(None)) == ("< 0.0001", "0.0123", "-")
+    assert p_holm_text(0.0) == "< 0.0002"  # Holm over the 2 tests with a p
+
+
 @pytest.mark.parametrize("name", ["README.md", "docs/confirmatory.md"])
 def test_readme_and_docs_show_the_verdicts_of_docs_confirmatory_json(name):
-    """Pending text while docs/confirmatory.json is absent; once it exists, exactly its verdict tables."""
+    """Pending text while docs/confirmatory.json is absent; once it exists, exactly its verdicts: the full tables
+    (docs) or the short table (README), whichever markers the page has."""
     path = ROOT / "docs" / "confirmatory.json"
     combined = json.loads(path.read_text()) if path.exists() else None
     text = (ROOT / name).read_text()
-    body = text.split(analysis.BLOCK_START + "\n")[1].split(analysis.BLOCK_END)[0]
-    assert body == analysis.block_text(combined)
+    found = 0
+    for start, end, render in ((analysis.BLOCK_START, analysis.BLOCK_END, analysis.block_text),
+                               (analysis.SUMMARY_START, analysis.SUMMARY_END, analysis.summary_text)):
+        if start in text:
+            found += 1
+            assert text.split(start + "\n")[1].split(end)[0] == render(combined)
+    assert found >= 1
+
+
+def test_fill_verdicts_fills_each_block_a_page_has_and_refuses_a_page_with_none(tmp_path, monkeypatch):
+    result, _ = synthetic_runs(monkeypatch)
+    combined = analysis.combine([result], "b" * 40)
+    page = tmp_path / "page.md"
+    page.write_text(f"a\n{analysis.SUMMARY_START}\nold\n{analysis.SUMMARY_END}\nb\n{analysis.BLOCK_START}\nold\n"
+                    f"{analysis.BLOCK_END}\n")
+    assert analysis.fill_verdicts(page, combined) == ["tables", "summary"]
+    assert page.read_text() == (f"a\n{analysis.SUMMARY_START}\n{analysis.summary_markdown(combined)}"
+                                f"{analysis.SUMMARY_END}\nb\n{analysis.BLOCK_START}\n"
+                                f"{analysis.verdict_markdown(combined)}{analysis.BLOCK_END}\n")
+    page.write_text("no markers\n")
+    with pytest.raises(ValueError, match="has neither <!-- confirmatory:start --> nor"):
+        analysis.fill_verdicts(page, combined)
 
 
 def test_protocol_commit_precedes_the_verdict_commit():

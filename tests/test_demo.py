@@ -229,6 +229,18 @@ def test_the_demo_default_follows_the_budget_experiment():
     assert set(demo.BEATS_GRPO) == beats
 
 
+def test_demo_quotes_the_confirmatory_verdicts_of_docs_confirmatory_json():
+    from exploration_trl.experiments import demo
+
+    combined = json.loads((Path(__file__).resolve().parents[1] / "docs" / "confirmatory.json").read_text())
+    verdicts = {}
+    for setup in combined["setups"]:
+        primary = setup["checkpoints"][-1]
+        verdicts[setup["name"]] = {t["label"] for t in setup["tests"] if t["checkpoint"] == primary
+                                   and t["p_holm"] is not None and t["p_holm"] < setup["alpha"]}
+    assert {k: set(v) for k, v in demo.CONFIRMED_BEATS_GRPO.items()} == verdicts
+
+
 def test_closest_to_beating_takes_the_largest_margin():
     from exploration_trl.experiments import curves
 

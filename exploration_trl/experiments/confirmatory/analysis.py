@@ -170,6 +170,53 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
 
+def _p_formats(setup: dict[str, Any]):
+    """Formatters for a set-up's p and p_holm. A bootstrap p of 0 means below one resample in R (`< 1/R`); its Holm
+    adjustment is then below m/R, with m the set-up's number of tests."""
+    resamples = (setup.get("bootstrap") or {}).get("resamples")
+    m = sum(t["p"] is not None for t in setup["tests"])
+
+    def fmt(bound):
+        return lambda v: "-" if v is None else (f"< {bound:.4f}" if v == 0 and resamples else f"{v:.4f}")
+
+    return fmt(1 / resamples if resamples else 0), fmt(min(1.0, m / resamples) if resamples else 0)
+
+
+def _short_verdict(t: dict[str, Any], alpha: float) -> str:
+    if t["p"] is None:
+        return f"no verdict: {t['reason']}"
+    return "**beats GRPO**" if t["p_holm"] < alpha else "not shown to beat GRPO"
+
+
+def summary_markdown(combined: dict[str, Any]) -> str:
+    """The verdicts in one short table (README): per set-up and setting, the primary (last) checkpoint's effect, 95%
+    CI, Holm-adjusted p and verdict, and the middle checkpoint's effect and adjusted p; then the null rates."""
+    rows = []
+    for r in combined["setups"]:
+        alpha, primary = r.get("alpha", 0.05), r["checkpoints"][-1]
+        _, p_holm_text = _p_formats(r)
+        for setting in r["settings"][1:]:
+            tests = {t["checkpoint"]: t for t in r["tests"] if t["label"] == setting["label"]}
+            t = tests[primary]
+            eff = "-" if t["effect"] is None else f"{100 * t['effect']:+.2f}"
+            ci = ""
+            if t["ci"] is not None:
+                low = "outside" if t["ci"][0] <= -1.0 else f"{100 * t['ci'][0]:+.1f}"
+                ci = f" [{low}, {100 * t['ci'][1]:+.1f}]"
+            middle = "; ".join(
+                f"{c}: " + ("no verdict" if m["p"] is None else
+                            f"{100 * m['effect']:+.2f}, p_holm {p_holm_text(m['p_holm'])}, {_short_verdict(m, alpha)}")
+                for c, m in tests.items() if c != primary)
+            rows.append([r["name"], setting["label"], f"{primary}: {eff}{ci}", p_holm_text(t["p_holm"]),
+                         _short_verdict(t, alpha), middle])
+    nulls = ", ".join(f"{r['name']} {_pct(r['null_false_positive_rate'])}" for r in combined["setups"])
+    return (_common.markdown_table(["set-up", "setting", "primary checkpoint: effect (pts) [95% CI]", "p_holm",
+                                    "verdict", "middle checkpoint"], rows)
+            + "\n\nA CI bound \"outside\": more than 2.5% of resamples put a seed outside GRPO's curve, counted as the "
+              "lowest effect. Null false-positive rate (GRPO against GRPO on other seeds, simulated at each set-up's "
+              f"measured noise): {nulls}. Pre-registered in commit {combined['protocol_commit'][:7]}.\n")
+
+
 def verdict_markdown(combined: dict[str, Any]) -> str:
     """The confirmatory verdicts as Markdown, one table per set-up (README and docs/confirmatory.md copy it)."""
     out = [f"Pre-registered in commit {combined['protocol_commit'][:7]}; "
@@ -198,7 +245,7 @@ def verdict_markdown(combined: dict[str, Any]) -> str:
                 return "-"
             return f"{d['distinct_correct']:.2f} / {d.get('distinct_correct_canonical') or float('nan'):.2f}"
 
-        num = (lambda v: "-" if v is None else f"{v:.4f}")
+        p_text, p_holm_text = _p_formats(r)
         base = r["settings"][0]
         rows = [[base["label"], base["method"], f"{c}{' (primary)' if c == r['checkpoints'][-1] else ''}",
                  len(base["seeds"]), "-", "-", "-", "-", distinct(base["label"], c), "(the reference trajectory)"]
@@ -209,7 +256,7 @@ def verdict_markdown(combined: dict[str, Any]) -> str:
             ci = "-" if t["ci"] is None else f"[{100 * t['ci'][0]:+.2f}, {100 * t['ci'][1]:+.2f}]"
             rows.append([t["label"], by_label[t["label"]]["method"],
                          f"{t['checkpoint']}{' (primary)' if primary else ''}", len(t.get("distances") or []) or "-",
-                         eff, ci, num(t["p"]), num(t["p_holm"]), distinct(t["label"], t["checkpoint"]),
+                         eff, ci, p_text(t["p"]), p_holm_text(t["p_holm"]), distinct(t["label"], t["checkpoint"]),
                          verdict_of(t, alpha)])
         out.append(_common.markdown_table(["setting", "method", "checkpoint", "seeds", "effect (pts)", "95% CI", "p",
                                            "p_holm", "distinct correct (written / canonical)", "verdict"], rows))
@@ -224,16 +271,38 @@ PENDING = ("The confirmatory runs are under way; no verdict yet. Until both set-
            "comparison with GRPO in these docs is exploratory.\n")
 
 
+#: The markers around the short table (README.md).
+SUMMARY_START, SUMMARY_END = "<!-- confirmatory-summary:start -->", "<!-- confirmatory-summary:end -->"
+
+
 def block_text(combined: dict[str, Any] | None) -> str:
     """What belongs between the markers: the verdicts, or `PENDING` before docs/confirmatory.json exists."""
     return PENDING if combined is None else verdict_markdown(combined)
 
 
-def fill_block(path: Path, body: str) -> None:
-    """Replace the text between `BLOCK_START` and `BLOCK_END` in `path` with `body`."""
+def summary_text(combined: dict[str, Any] | None) -> str:
+    """What belongs between the summary markers: the short table, or `PENDING`."""
+    return PENDING if combined is None else summary_markdown(combined)
+
+
+def fill_block(path: Path, body: str, start: str = BLOCK_START, end: str = BLOCK_END) -> None:
+    """Replace the text between `start` and `end` in `path` with `body`."""
     text = Path(path).read_text()
-    if text.count(BLOCK_START) != 1 or text.count(BLOCK_END) != 1:
-        raise ValueError(f"{path}: needs exactly one {BLOCK_START} and one {BLOCK_END} line around the verdicts")
-    head, rest = text.split(BLOCK_START)
-    _, tail = rest.split(BLOCK_END)
-    Path(path).write_text(f"{head}{BLOCK_START}\n{body}{BLOCK_END}{tail}")
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise ValueError(f"{path}: needs exactly one {start} and one {end} line around the verdicts")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    Path(path).write_text(f"{head}{start}\n{body}{end}{tail}")
+
+
+def fill_verdicts(path: Path, combined: dict[str, Any]) -> list[str]:
+    """Fill each verdict block `path` has (the full tables, the summary, or both); returns which it filled."""
+    text = Path(path).read_text()
+    blocks = [(name, start, end, render) for name, start, end, render in (
+        ("tables", BLOCK_START, BLOCK_END, block_text), ("summary", SUMMARY_START, SUMMARY_END, summary_text))
+        if start in text]
+    if not blocks:
+        raise ValueError(f"{path}: has neither {BLOCK_START} nor {SUMMARY_START}; add one where the verdicts go")
+    for _, start, end, render in blocks:
+        fill_block(path, render(combined), start, end)
+    return [name for name, *_ in blocks]

@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--protocol-commit", default=None)
     p.add_argument("--write", default="docs/confirmatory.json")
     p.add_argument("--fill", nargs="*", default=["README.md", "docs/confirmatory.md"], metavar="FILE",
-                   help="With --combine: files whose confirmatory markers get the verdict tables (default README.md "
+                   help="With --combine: files whose confirmatory markers get the verdicts (full tables between "
+                        "<!-- confirmatory:start/end -->, the short table between <!-- confirmatory-summary:start/end -->; default README.md "
                         "docs/confirmatory.md); each set-up's plot is copied next to --write as img/confirmatory_<name>.png.")
     p.set_defaults(func=main_from_args)
 
@@ -82,8 +83,8 @@ def _combine(args) -> int:
             shutil.copyfile(plot, target)
             print(f"wrote {target}")
     for f in args.fill:
-        analysis.fill_block(Path(f), analysis.block_text(combined))
-        print(f"filled the verdicts in {f}")
+        filled = analysis.fill_verdicts(Path(f), combined)
+        print(f"filled the verdicts in {f} ({' and '.join(filled)})")
     print(analysis.verdict_markdown(combined))
     return 0
 
