@@ -27,9 +27,10 @@ def register(subparsers) -> None:
     p.add_argument("--protocol-commit", default=None)
     p.add_argument("--write", default="docs/confirmatory.json")
     p.add_argument("--fill", nargs="*", default=["README.md", "docs/confirmatory.md"], metavar="FILE",
-                   help="With --combine: files whose confirmatory markers get the verdicts (full tables between "
-                        "<!-- confirmatory:start/end -->, the short table between <!-- confirmatory-summary:start/end -->; default README.md "
-                        "docs/confirmatory.md); each set-up's plot is copied next to --write as img/confirmatory_<name>.png.")
+                   help="With --combine: files whose confirmatory markers get the verdicts (the full tables between "
+                        "<!-- confirmatory:start/end -->, the short table between "
+                        "<!-- confirmatory-summary:start/end -->; default README.md docs/confirmatory.md); each "
+                        "set-up's plot is copied next to --write as img/confirmatory_<name>.png.")
     p.set_defaults(func=main_from_args)
 
 
