@@ -8,3 +8,8 @@ class HookDidNotRunError(RuntimeError):
 class NoRewardError(ValueError):
     """No reward function scored any completion of a generation batch (every value None/NaN) before any batch was
     scored: a setup mistake (a missing or unreadable answer column), so nothing could be learnt."""
+
+
+class NoOutcomeError(ValueError):
+    """A method that explores over final answers (outcome_explore) found no reward that records them
+    (`rewards.record_outcomes`): a setup mistake, said before the first update."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 from datasets import Dataset
 
+from exploration_trl.rewards import record_outcomes
 from exploration_trl.toy import build_toy, save_toy
 
 PROMPTS = ["ab", "ba", "abc", "cab", "bca", "acb", "cc", "aa"]
@@ -20,7 +21,9 @@ def toy_dataset(n=8):
 
 
 def letter_reward(completions, **kwargs):
-    """Fraction of 'a' characters: a graded, non-binary reward with within-group variance."""
+    """Fraction of 'a' characters: a graded, non-binary reward with within-group variance. Its "final answer" (for
+    outcome_explore) is the completion's first character."""
+    record_outcomes("letter_reward", [c[:1] or None for c in completions])
     return [c.count("a") / max(len(c), 1) for c in completions]
 
 
@@ -68,8 +71,10 @@ def params_changed(trainer, ckpt):
 
 
 def distinct_char_reward(completions, **kwargs):
-    """Distinct characters per completion: varies within groups even for an untrained toy model."""
+    """Distinct characters per completion: varies within groups even for an untrained toy model. Its "final answer"
+    (for outcome_explore) is the completion's last character."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    record_outcomes("distinct_char_reward", [t[-1:] or None for t in texts])
     return [len(set(t)) / 8 for t in texts]
 
 

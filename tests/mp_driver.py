@@ -48,6 +48,15 @@ METHOD_SETTINGS = {
     "passk": {"passk_k": 2, "correct_reward_threshold": 0.3},
     "pkpo": {"pkpo_k": 3},
     "unlikely": {"unlikely_beta": 1.0, "correct_reward_threshold": 0.3},
+    # MaxRL and W-REINFORCE split correct from wrong like the pass@k methods; QAE and the entropy advantage act on the
+    # graded reward; outcome exploration counts the last character of each completion (helpers.distinct_char_reward)
+    # across both processes.
+    "maxrl": {"correct_reward_threshold": 0.3},
+    "wreinforce": {"correct_reward_threshold": 0.3, "wreinforce_lambda": 0.5},
+    "qae": {"qae_k": 0.4},
+    "entropy_adv": {"entropy_adv_alpha": 0.4},
+    "outcome_explore": {"outcome_ucb_coef": 0.5, "outcome_batch_coef": 0.5},
+    "maxrl+entropy_adv": {"correct_reward_threshold": 0.3, "entropy_adv_alpha": 0.4},
     # cov_selection: global chooses over every process, so a real selection ratio gives the same tokens in 1 and 2.
     "kl_cov-global": {"kl_cov_ratio": 0.2, "kl_cov_coef": 1.0, "cov_selection": "global"},
     "clip_cov-global": {"clip_cov_ratio": 0.2, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9, "cov_selection": "global"},

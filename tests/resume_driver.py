@@ -40,6 +40,11 @@ LAYOUTS = {
     "unlikely": (2, 1, 2, 5, 2),
     "passk": (2, 1, 2, 5, 2),
     "grpo_dynamic_sampling": (2, 1, 1, 6, 3),
+    "maxrl": (2, 1, 2, 5, 2),
+    "wreinforce": (4, 1, 1, 5, 3),
+    "qae": (2, 1, 1, 5, 3),
+    "entropy_adv": (2, 1, 2, 5, 3),  # shapes each update afresh: the resumed rollout's advantages must be unshaped
+    "outcome_explore": (2, 1, 1, 6, 3),  # the answer counts of the batches before the checkpoint are restored
 }
 #: Cases that are not a method name: the method they train, a reward and config changes. Dynamic sampling needs
 #: groups whose reward does not vary (a 0/1 reward) and a learning rate low enough that they keep varying, so that

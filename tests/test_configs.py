@@ -38,9 +38,16 @@ PAPER_VALUES = {
     "passk": {"passk_k": 4},
     "pkpo": {"pkpo_k": 4, "pkpo_estimator": "sloo_minus_one", "pkpo_k_final": 1, "pkpo_k_schedule": "step"},
     "unlikely": {"unlikely_beta": 0.25, "unlikely_logp": "mean", "unlikely_rank_among": "group"},
+    "maxrl": {"maxrl_eps": 1e-6, "num_generations": 16, "loss_type": "dapo"},  # Table 6, App. F
+    "wreinforce": {"wreinforce_lambda": 0.1, "wreinforce_mode": "weighted", "epsilon": 0.2},
+    "qae": {"qae_k": 0.4, "qae_quantile_method": "inverted_cdf", "num_generations": 16, "epsilon": 0.2,
+            "epsilon_high": 0.28},
+    "entropy_adv": {"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0, "epsilon": 0.2, "epsilon_high": 0.28},
+    "outcome_explore": {"outcome_ucb_coef": 0.2, "outcome_ucb_baseline": "constant", "outcome_ucb_b0": 0.5,
+                        "outcome_batch_coef": 0.2},
 }
-#: The pass@k-objective methods ship a 0.5B recipe only (their papers train other models; no 7B set-up to copy).
-SMALL_ONLY_METHODS = ("passk", "pkpo", "unlikely")
+#: These methods ship a 0.5B recipe only (their papers train other models or sizes; no 7B set-up to copy).
+SMALL_ONLY_METHODS = ("passk", "pkpo", "unlikely", "maxrl", "wreinforce", "qae", "entropy_adv", "outcome_explore")
 #: Typical GRPO settings every method recipe shares unless its paper's set-up says otherwise (SETUP_VALUES).
 COMMON_VALUES = {"learning_rate": 1e-6, "num_generations": 8, "temperature": 1.0, "bf16": True, "use_vllm": True,
                  "beta": 0.0}
@@ -56,6 +63,11 @@ SETUP_VALUES = {
     "passk": {"updates": 1},
     "pkpo": {"updates": 1},
     "unlikely": {"updates": 1},
+    "maxrl": {"updates": 1},  # Table 6: fully on-policy
+    "wreinforce": {"updates": 4},  # the authors' scripts: 1,024 prompts, mini-batch 256
+    "qae": {"updates": 16, "dynamic_sampling": True},  # DAPO's recipe: 512 prompts, mini-batch 32
+    "entropy_adv": {"updates": 16},  # Table 4: 512 prompts, mini-batch 32
+    "outcome_explore": {"updates": 1},  # not given by the paper: our choice
 }
 
 ACCEL_EXPECTED = {

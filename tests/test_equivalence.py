@@ -44,6 +44,10 @@ NEUTRAL = {
     # Pass@k Training's neutral point (k = 1) needs binary rewards: tests/test_passk_methods.py.
     "pkpo": dict(pkpo_k=1, pkpo_estimator="s"),
     "unlikely": dict(unlikely_beta=0.0),
+    # The entropy advantage at alpha = 0 and outcome exploration with both bonuses off are GRPO. MaxRL, W-REINFORCE and
+    # QAE replace GRPO's normalisation and have no such point (tests/test_new_methods.py checks their advantages).
+    "entropy_adv": dict(entropy_adv_alpha=0.0),
+    "outcome_explore": dict(outcome_ucb_coef=0.0, outcome_batch_coef=0.0),
 }
 
 

@@ -42,7 +42,8 @@ from helpers import toy_checkpoint
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
 METHODS = ["grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov", "progrpo+casp", "passk", "pkpo", "unlikely",
-           "kl_cov-global", "clip_cov-global"]
+           "kl_cov-global", "clip_cov-global", "maxrl", "wreinforce", "qae", "entropy_adv", "outcome_explore",
+           "maxrl+entropy_adv"]
 LORA_METHODS = ["casp", "progrpo+casp", "kl_cov"]
 #: Method-specific metric keys (the exploration/* keys are checked for every method).
 METHOD_METRICS = {
@@ -57,6 +58,12 @@ METHOD_METRICS = {
     "unlikely": ["unlikely/factor_correct_mean", "unlikely/adv_change_abs_mean"],
     "kl_cov-global": ["kl_cov/selected_tokens", "kl_cov/cov_threshold"],
     "clip_cov-global": ["clip_cov/selected_tokens", "clip_cov/cov_threshold"],
+    "maxrl": ["maxrl/zero_mean_groups", "maxrl/adv_correct_mean"],
+    "wreinforce": ["wreinforce/correct_frac", "wreinforce/adv_mean"],
+    "qae": ["qae/zero_adv_frac", "qae/positive_adv_frac"],
+    "entropy_adv": ["entropy_adv/term_mean", "entropy_adv/capped_frac"],
+    "outcome_explore": ["outcome_explore/answered_frac", "outcome_explore/ucb_bonus_mean",
+                        "outcome_explore/repeated_answer_frac"],
 }
 EXPLORATION_METRICS = ["exploration/entropy_correct", "exploration/entropy_wrong", "exploration/lambda_1",
                        "exploration/lambda_sample", "exploration/branching_factor", "exploration/pass_at_G",

@@ -23,6 +23,8 @@ from .losses import (
     token_covariance,
 )
 from .passk import passk_advantages, pkpo_advantages, pkpo_transform, unlikeliness_rewards
+from .estimators import maxrl_advantages, quantile_advantages, weighted_reinforce_advantages
+from .bonuses import entropy_shaped_advantages, outcome_batch_penalty, outcome_ucb_bonus
 
 __all__ = [
     "group_advantages",
@@ -35,6 +37,12 @@ __all__ = [
     "pkpo_transform",
     "pkpo_advantages",
     "unlikeliness_rewards",
+    "maxrl_advantages",
+    "weighted_reinforce_advantages",
+    "quantile_advantages",
+    "entropy_shaped_advantages",
+    "outcome_ucb_bonus",
+    "outcome_batch_penalty",
     "forking_mask",
     "casp_ratio",
     "token_covariance",

@@ -30,7 +30,9 @@ from exploration_trl.rewards._base import (
     naming_errors,
     peek_failure_counts,
     pop_failure_counts,
+    pop_outcomes,
     record_failure,
+    record_outcomes,
     reward_factory,
     reward_range,
 )
@@ -58,6 +60,8 @@ __all__ = [
     "list_rewards",
     "make_code_execution",
     "make_countdown",
+    "pop_outcomes",
+    "record_outcomes",
     "make_format_reward",
     "make_length_penalty",
     "make_repetition_penalty",

@@ -29,7 +29,9 @@ __all__ = [
     "naming_errors",
     "peek_failure_counts",
     "pop_failure_counts",
+    "pop_outcomes",
     "record_failure",
+    "record_outcomes",
     "reward_factory",
     "reward_range",
     "score_each",
@@ -87,6 +89,33 @@ def peek_failure_counts() -> dict[str, int]:
     """Like :func:`pop_failure_counts` but without resetting."""
     with _FAILURES_LOCK:
         return {name: n for name, n in _FAILURES.items() if n}
+
+
+# --------------------------------------------------------------------------------------------
+# Final answers ("outcomes"), as a reward extracted them
+# --------------------------------------------------------------------------------------------
+
+_OUTCOMES: dict[str, list[str | None]] = {}
+
+
+def record_outcomes(reward_name: str, answers: Sequence[str | None]) -> None:
+    """Record the final answer the reward read from each completion of its last call (None: none stated), in the
+    order of its completions, as a canonical string: equal answers, equal strings. Only the last call is kept.
+
+    Methods that explore over outcomes (`method: outcome_explore`) read them with :func:`pop_outcomes` right after
+    the rewards of a batch, so the answers are the ones the reward graded. `math_accuracy` records math-verify's
+    parsed answer, `countdown` its canonical equation; a custom reward may call this too.
+    """
+    with _FAILURES_LOCK:
+        _OUTCOMES[reward_name] = list(answers)
+
+
+def pop_outcomes() -> dict[str, list[str | None]]:
+    """Return ``{reward name: answers of its last call}`` recorded since the last call, and reset."""
+    with _FAILURES_LOCK:
+        out = dict(_OUTCOMES)
+        _OUTCOMES.clear()
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from exploration_trl.rewards._base import (
     broadcast_column,
     completion_to_text,
     record_failure,
+    record_outcomes,
 )
 
 __all__ = ["canonical_equation", "countdown", "distinct_canonical", "evaluate_equation", "extract_equation",
@@ -275,8 +276,10 @@ def _score_batch(
     nums_col = [nums] * n if _is_flat_numbers(nums) else broadcast_column(nums, n)
     target_col = broadcast_column(target, n)
     rewards: list[float | None] = []
+    answers: list[str | None] = []
     failures = 0
     for completion, row_nums, row_target in zip(completions, nums_col, target_col):
+        answers.append(None)
         try:
             numbers = parse_numbers(row_nums)
             goal = _parse_target(row_target)
@@ -287,11 +290,20 @@ def _score_batch(
         try:
             text = completion_to_text(completion)
             rewards.append(float(score_countdown(text, numbers, goal, correct_score, format_score)))
+            answers[-1] = outcome_of(text)
         except Exception:  # noqa: BLE001 - never raise for a bad completion
             failures += 1
             rewards.append(0.0)
     record_failure(REWARD_NAME, failures)
+    record_outcomes(REWARD_NAME, answers)
     return rewards
+
+
+def outcome_of(text: str) -> str | None:
+    """The completion's final answer as `record_outcomes` keeps it: its equation up to :func:`canonical_equation`
+    (the key distinct-correct counts); None when it states no equation that parses."""
+    equation = extract_equation(text)
+    return None if equation is None else canonical_equation(equation)
 
 
 def _is_flat_numbers(value: Any) -> bool:

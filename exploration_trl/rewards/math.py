@@ -59,6 +59,7 @@ from exploration_trl.rewards._base import (
     broadcast_column,
     completion_to_text,
     record_failure,
+    record_outcomes,
 )
 
 __all__ = ["extract_final_answer", "math_accuracy", "normalize_gold_answer", "shutdown_math_workers"]
@@ -230,16 +231,18 @@ def _parse_gold(gold_text: str):
     return tuple(mv.parse(gold_text, parsing_timeout=None))
 
 
-def _evaluate(gold_text: str, candidates: Sequence[str]) -> float | None:
+def _evaluate(gold_text: str, candidates: Sequence[str]) -> tuple[float | None, str | None]:
+    """`(reward, the parsed answer)`: the reward (None for an unusable reference) and math-verify's parse of the
+    first candidate it can read, as a string (`record_outcomes`; None when none parses)."""
     mv = _math_verify()
     gold = list(_parse_gold(gold_text))
     if not gold:
-        return None
+        return None, None
     for candidate in candidates:
         pred = mv.parse(candidate, parsing_timeout=None)
         if pred:
-            return 1.0 if mv.verify(gold, pred, timeout_seconds=None) else 0.0
-    return 0.0
+            return (1.0 if mv.verify(gold, pred, timeout_seconds=None) else 0.0), str(pred[0])
+    return 0.0, None
 
 
 def _evaluate_guarded(gold_text: str, candidates: Sequence[str], timeout: float | None) -> tuple[str, Any]:
@@ -506,6 +509,7 @@ def math_accuracy(
     golds = broadcast_column(answer, n)
 
     rewards: list[float | None] = [0.0] * n
+    answers: list[str | None] = [None] * n  # math-verify's parse of each stated answer
     jobs: list[tuple[str, list[str]]] = []
     job_index: list[int] = []
     failures = 0
@@ -541,11 +545,13 @@ def math_accuracy(
             )
         for i, (status, value) in zip(job_index, outcomes):
             if status == "ok":
-                rewards[i] = None if value is None else float(value)
+                score, answers[i] = value
+                rewards[i] = None if score is None else float(score)
             else:
                 failures += 1
                 rewards[i] = 0.0
     record_failure(REWARD_NAME, failures)
+    record_outcomes(REWARD_NAME, answers)
     return rewards
 
 

@@ -15,6 +15,11 @@ from .dsgrpo import DSGRPOConfig, DSGRPOTrainer
 from .casp import CaSPConfig, CaSPTrainer
 from .cov import ClipCovConfig, ClipCovTrainer, KLCovConfig, KLCovTrainer
 from .passk import PasskConfig, PasskTrainer, PKPOConfig, PKPOTrainer, UnlikelyConfig, UnlikelyTrainer
+from .maxrl import MaxRLConfig, MaxRLTrainer
+from .wreinforce import WReinforceConfig, WReinforceTrainer
+from .qae import QAEConfig, QAETrainer
+from .entropy_adv import EntropyAdvConfig, EntropyAdvTrainer
+from .outcome_explore import OutcomeExploreConfig, OutcomeExploreTrainer
 from .registry import METHODS, get_config_class, get_trainer_class, parse_method
 from ..methods import MethodInfo, Paper, arxiv_paper, register_method
 
@@ -29,3 +34,11 @@ __all__ = [
 for _module in _pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):
         _importlib.import_module(f"{__name__}.{_module.name}")
+
+# Every registered method's trainer and config is importable from here (and as `exploration_trl.<Name>`), those of
+# a method module added to this folder included.
+for _trainer_cls, _config_cls in list(METHODS.values()):
+    for _cls in (_trainer_cls, _config_cls):
+        globals().setdefault(_cls.__name__, _cls)
+        if _cls.__name__ not in __all__:
+            __all__.append(_cls.__name__)

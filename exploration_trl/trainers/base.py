@@ -206,6 +206,9 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
             self._capture = None
             if self._loss_state.pop("pinned_old_logps", False):
                 del inputs["old_per_token_logps"]
+            rollout_advantages = self._loss_state.pop("advantages_before_shaping", None)
+            if rollout_advantages is not None:  # a loss hook shaped them for this call only (e.g. entropy_adv)
+                inputs["advantages"] = rollout_advantages
         if capture is not None and capture.done:
             extra = self._extra_per_token_loss(inputs, capture, self._loss_state)
             if extra is not None and "importance_sampling_ratio" in inputs and self.loss_type != "vespo":

@@ -246,6 +246,15 @@ def check_choice(config, name: str, choices) -> None:
         raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
+def check_sum_then_normalize(config, method: str) -> None:
+    """One-line error when a method that recomputes advantages from the summed rewards (as TRL's default
+    `multi_objective_aggregation: sum_then_normalize` does) is given another aggregation."""
+    aggregation = getattr(config, "multi_objective_aggregation", "sum_then_normalize")
+    if aggregation != "sum_then_normalize":
+        raise ValueError(f"multi_objective_aggregation is {aggregation!r} but method {method} recomputes advantages "
+                         "from the summed rewards; set multi_objective_aggregation: sum_then_normalize")
+
+
 DYNAMIC_SAMPLING_ON_EXHAUSTED = ("fill", "error")
 
 

@@ -8,6 +8,11 @@ of them are reduced across processes and copied to the host together (`_flush_de
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from ..ops.hashing import mix64
@@ -20,6 +25,21 @@ from .rollout import RolloutBatch
 #: Pending device metrics are copied to the host at the next log, or once this many are waiting (e.g. with
 #: `logging_strategy: no`), so that they never hold memory without bound.
 MAX_PENDING_METRICS = 4096
+
+
+def _some_positive(values: list[float]) -> bool:
+    return any(v > 0 for v in values)
+
+
+@dataclass(frozen=True)
+class WindowWarning:
+    """A warning given once per run, at a logging step, when one metric's values over the logging window call for
+    it. It is read with the other metrics at the log (no host read of its own). A trainer class declares its
+    own in `window_warnings`; `message(trainer, values)` writes the text."""
+
+    metric: str
+    message: Callable[[Any, list[float]], str]
+    when: Callable[[list[float]], bool] = _some_positive
 
 
 class ExplorationMetricsMixin:
@@ -105,8 +125,26 @@ class ExplorationMetricsMixin:
         for mode, name, value in queue.drain(self.accelerator.device, reduce_sum):
             self._metrics[mode][name].append(value)
 
+    #: The warnings this class adds (`WindowWarning`); a trainer gives those of every class in its MRO.
+    window_warnings: tuple[WindowWarning, ...] = ()
+
+    def _issue_window_warnings(self) -> None:
+        """Give each declared `WindowWarning` whose metric calls for it this window, once per run (the main process
+        writes it; every process marks it given)."""
+        mode = "train" if self.model.training else "eval"
+        given = self.__dict__.setdefault("_given_warnings", set())
+        declared = [w for cls in type(self).__mro__ for w in cls.__dict__.get("window_warnings", ())]
+        for w in declared:
+            values = self._metrics[mode].get(w.metric) or []  # `.get`: reading adds no empty list for TRL to average
+            if w.metric in given or not values or not w.when(values):
+                continue
+            given.add(w.metric)
+            if self.accelerator.is_main_process:
+                warnings.warn(w.message(self, values), UserWarning, stacklevel=3)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         self._flush_device_metrics()  # TRL's `log` averages `_metrics`: the queued values must be in it
+        self._issue_window_warnings()
         self._write_logged_advantages()  # and prints `_logs` (with `log_completions`)
         super().log(logs, start_time)
 

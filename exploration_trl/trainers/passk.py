@@ -13,6 +13,7 @@ from ..core._utils import masked_sum
 from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
+from .config import check_sum_then_normalize
 from .correctness_guard import guard_correctness
 
 __all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
@@ -28,14 +29,6 @@ def _check_k(config, name: str):
                          "or raise num_generations")
 
 
-def _check_trl_aggregation(config, method: str):
-    # These methods recompute advantages from the summed rewards, as TRL's default `sum_then_normalize` does.
-    aggregation = getattr(config, "multi_objective_aggregation", "sum_then_normalize")
-    if aggregation != "sum_then_normalize":
-        raise ValueError(f"multi_objective_aggregation is {aggregation!r} but method {method} recomputes advantages "
-                         "from the summed rewards; set multi_objective_aggregation: sum_then_normalize")
-
-
 @dataclass
 class PasskConfig(ExplorationGRPOConfig):
     """Pass@k Training (Chen et al. 2025, arXiv 2508.10751): analytic pass@k advantages for correct and wrong
@@ -49,7 +42,7 @@ class PasskConfig(ExplorationGRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         _check_k(self, "passk_k")
-        _check_trl_aggregation(self, "passk")
+        check_sum_then_normalize(self, "passk")
 
 
 @register_method(MethodInfo(
@@ -125,7 +118,7 @@ class PKPOConfig(ExplorationGRPOConfig):
         g = self.num_generations
         if self.pkpo_estimator == "sloo" and g is not None and max(self.pkpo_k, self.pkpo_k_final or 1) >= g:
             raise ValueError(f"pkpo_estimator 'sloo' needs pkpo_k < num_generations ({g}); use sloo_minus_one")
-        _check_trl_aggregation(self, "pkpo")
+        check_sum_then_normalize(self, "pkpo")
 
 
 @register_method(MethodInfo(
@@ -186,7 +179,7 @@ class UnlikelyConfig(ExplorationGRPOConfig):
                              "completion would get a negative reward (paper: 0.25)")
         check_choice(self, "unlikely_logp", core_pk.UNLIKELY_LOGPS)
         check_choice(self, "unlikely_rank_among", core_pk.UNLIKELY_RANK_AMONG)
-        _check_trl_aggregation(self, "unlikely")
+        check_sum_then_normalize(self, "unlikely")
 
 
 @register_method(MethodInfo(

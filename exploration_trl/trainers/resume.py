@@ -114,7 +114,17 @@ class ResumeMixin:
             "generators": {name: g.get_state() for name, g in vars(self).items() if isinstance(g, torch.Generator)},
             "metrics": {name: list(values) for name, values in self._metrics["train"].items()},
             "refill_batches_drawn": int(getattr(self, "_ds_drawn", 0)),  # dynamic sampling's second iterator
+            "method_state": self._method_state(),
         }
+
+    def _method_state(self) -> dict:
+        """What a method keeps between generation batches besides TRL's state (e.g. outcome_explore's answer
+        counts), saved with every checkpoint and handed back to `_load_method_state` on resume. Plain Python values
+        (dicts, lists, numbers, strings): the file is loaded with `weights_only`."""
+        return {}
+
+    def _load_method_state(self, state: dict) -> None:
+        """Restore what `_method_state` saved (an empty dict for checkpoints written before it existed)."""
 
     def _save_checkpoint(self, model, trial) -> None:
         """A checkpoint folder that already exists (a run restarted in the same output_dir without resuming) is moved
@@ -162,6 +172,7 @@ class ResumeMixin:
             self._metrics["train"][name].extend(values)
         # Absent from states written before the refill position was saved: refills then restart from the first.
         self._ds_drawn = self._ds_skip = int(state.get("refill_batches_drawn", 0))
+        self._load_method_state(state.get("method_state") or {})
 
     def _resume_without_state(self, checkpoint: str) -> None:
         """A checkpoint written without the state file (exploration-trl 0.2.0, or plain TRL): align `_step` with the

@@ -70,6 +70,11 @@ class RolloutMixin:
         # TRL returns the rewards of every process (gathered); keep them for the advantage hook.
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
+        # This process's prompts and the final answers each reward read from its completions (`record_outcomes`),
+        # for methods that explore over outcomes; popped on every batch so that none is left for the next.
+        from ..rewards import pop_outcomes
+
+        self._last_reward_outcomes = (list(prompts), pop_outcomes())
         self._check_some_reward(rewards_per_func)
         self._log_reward_failures()
         return rewards_per_func

@@ -1,0 +1,85 @@
+"""Quantile Advantage Estimation (Wu et al. 2025, arXiv 2509.22611, Sec. 4): GRPO with a K-quantile group
+baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..core import estimators as core_est
+from ..methods import MethodInfo, arxiv_paper, register_method
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice
+from .config import check_sum_then_normalize
+from .metrics_logging import WindowWarning
+
+#: 1 for a generation batch whose advantages were all 0 (every group's rewards equal).
+ZERO_BATCH = "qae/zero_advantage_batch_frac"
+
+
+@dataclass
+class QAEConfig(ExplorationGRPOConfig):
+    """QAE: `A = (r - b_K) / (std_group(r) + eps)` with `b_K` the group's K-quantile reward instead of its mean; the
+    division follows TRL's `scale_rewards` as GRPO's does. On binary rewards a hard group (at most `1 - K` correct)
+    trains only its correct completions and an easy group only its wrong ones. The authors' runs are DAPO's recipe
+    (clip 0.2 / 0.28, token-level loss, 16 completions per prompt)."""
+
+    qae_k: float = field(default=0.4, metadata={"help": "Quantile level K of the baseline, in (0, 1) (paper: 0.4; "
+                                                        "the authors suggest 0.6 if entropy collapses early)."})
+    qae_quantile_method: str = field(
+        default="inverted_cdf",
+        metadata={"help": "'inverted_cdf' (the paper's right-continuous quantile inf{x: F(x) >= K}; default) or "
+                  "'linear' (torch.quantile's interpolation, as the authors' code; the two agree when K * (G - 1) is "
+                  "an integer)."},
+    )
+    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip: ratio <= 1 + epsilon_high "
+                                                                       "(DAPO's clip-higher, the authors' recipe)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0.0 < self.qae_k < 1.0:
+            raise ValueError(f"qae_k is {self.qae_k} but must lie in (0, 1): it is the quantile level K of the "
+                             "baseline (paper: 0.4)")
+        check_choice(self, "qae_quantile_method", core_est.QAE_QUANTILE_METHODS)
+        check_sum_then_normalize(self, "qae")
+
+
+def _zero_batches(trainer, values: list[float]) -> str:
+    share = sum(v > 0 for v in values) / len(values)
+    return (f"qae: every group of {share:.0%} of the generation batches since the last log had equal rewards, so "
+            f"QAE's advantages were all 0 and those batches taught nothing (logged as {ZERO_BATCH}; the share of "
+            "completions with advantage 0 as qae/zero_adv_frac). dynamic_sampling: true drops such groups. Warned "
+            "once.")
+
+
+@register_method(MethodInfo(
+    name="qae", side="advantage", display="QAE (Quantile Advantage Estimation)",
+    summary="QAE: GRPO with a K-quantile group baseline instead of the mean",
+    description="GRPO's advantages with the group's K-quantile reward as the baseline instead of its mean: on hard "
+                "prompts only the rare correct completions are reinforced, on easy prompts only the rare wrong ones "
+                "are penalised, and most completions get no update.",
+    paper=arxiv_paper(
+        "wu2025qae", "Quantile Advantage Estimation: Stabilizing RLVR for LLM Reasoning", "Wu et al., 2025",
+        ["Junkang Wu", "Kexin Huang", "Jiancan Wu", "An Zhang", "Xiang Wang", "Xiangnan He"], 2025, "2509.22611"),
+    config_prefixes=("qae_",), metric_prefixes=("qae/",),
+    coefficients={"qae_k": 0}, published={"qae_k": 0.4},
+))
+class QAETrainer(ExplorationGRPOTrainer):
+    """Advantage-side: the K-quantile baseline on the batch's summed rewards (`core.quantile_advantages`)."""
+
+    config_class = QAEConfig
+    window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
+
+    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        super()._compute_advantages(batch)  # TRL's advantages are replaced
+        self._mark_hook_ran("qae")
+        a = self.args
+        adv = core_est.quantile_advantages(batch.rewards, batch.num_generations, k=a.qae_k,
+                                           method=a.qae_quantile_method, scale=a.scale_rewards)
+        zero = adv == 0
+        self._log_device_metrics({  # global already (the gathered rewards): kept on the device until the log
+            "qae/zero_adv_frac": (zero.sum(), zero.numel()),
+            "qae/positive_adv_frac": ((adv > 0).sum(), adv.numel()),
+            ZERO_BATCH: (zero.all().double(), 1.0),
+        }, reduce=False)
+        return adv.to(batch.advantages.device)[batch.process_slice]
