@@ -128,7 +128,7 @@ def test_site_builds_strictly(tmp_path):
     assert 'class="md-tabs"' in methods
     index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
     assert any("group_advantages" in doc["location"] for doc in index["docs"])
-    # the API reference, rendered from the docstrings (mkdocstrings), with Sphinx roles dropped (docs/_hooks/rst_roles.py)
+    # the API reference, rendered from the docstrings (mkdocstrings), Sphinx roles dropped (docs/_hooks/rst_roles.py)
     core = (site / "api" / "core" / "index.html").read_text(encoding="utf-8")
     assert 'id="exploration_trl.core.advantages.group_advantages"' in core
     assert "GRPO group-relative advantage" in core
