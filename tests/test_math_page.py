@@ -64,7 +64,7 @@ def test_pkpo_example():
     sloo = pkpo_transform(r, 4, 2, "sloo")
     adv = pkpo_advantages(r, 4, 2, "sloo_minus_one")
     text = page()
-    assert "`s = [1, 1/3, 1/3, 1/3]`; `sloo_minus_one` gives `t = [1, 0, 0, 0]`" in text
+    assert "`u = [1, 1/3, 1/3, 1/3]`; `sloo_minus_one` gives `t = [1, 0, 0, 0]`" in text
     assert f"advantages `[{adv[0]:.4f}, 0, 0, 0]`" in text
     assert f"`sloo` gives `t = {numbers(sloo)}`".replace("[1.0000,", "[1,") in text
     # sloo is not centred: a group's t sums to -n/(n-1) rho_k(g)
