@@ -125,6 +125,26 @@ def test_summary_table_on_known_answers(monkeypatch):
     assert "\n\nA CI bound" in text and "Pre-registered in commit bbbbbbb." in text
 
 
+def test_summary_gives_each_setups_empirical_null_with_its_splits(monkeypatch):
+    """The summary's closing sentence: the simulated null, then each set-up's share of GRPO-vs-GRPO splits with
+    p < 0.05 at each checkpoint, over the splits that had a verdict; none without an empirical null."""
+    result, _ = synthetic_runs(monkeypatch)
+    assert "Empirical null" not in analysis.summary_markdown(analysis.combine([result], "b" * 40))
+    base = result["settings"][0]
+    result["settings"][0] = {**base, "null_seeds": [15, 16, 17, 18, 19]}
+    result["empirical_null"] = {
+        "2": {"all_splits": {"splits": 126, "no_verdict": 0, "share_p_below_0.05": 11 / 126}},
+        "4": {"all_splits": {"splits": 126, "no_verdict": 10, "share_p_below_0.05": 0.0}}}
+    other = {**result, "name": "other", "empirical_null": {
+        c: {"all_splits": {"splits": 126, "no_verdict": 0, "share_p_below_0.05": 0.0}} for c in ("2", "4")}}
+    text = analysis.summary_markdown(analysis.combine([result, other], "b" * 40))
+    closing = text.splitlines()[-1]
+    assert ("synthetic, 10 seeds split 5/5: 8.7% at step 2 (126 splits) and 0.0% at step 4 (116 of 126 splits with "
+            "a verdict); other, 10 seeds split 5/5: 0.0% at step 2 and 0.0% at step 4 (126 splits each).") in closing
+    assert "not independent" in closing and closing.index("Null false-positive rate") < closing.index("Empirical")
+    assert closing.endswith("Pre-registered in commit bbbbbbb.")
+
+
 def test_a_bootstrap_p_of_zero_is_shown_as_a_bound():
     setup = {"bootstrap": {"resamples": 10000}, "tests": [{"p": 0.0}, {"p": 0.2}, {"p": None}]}
     p_text, p_holm_text = analysis._p_formats(setup)

@@ -7,6 +7,7 @@ MkDocs's, so every relative link in them is checked here against the files and G
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -104,21 +105,46 @@ def fenced_commands(text: str) -> list[str]:
     return [c.strip() for c in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)]
 
 
+def nav_pages() -> list[str]:
+    """The pages of `mkdocs.yml`'s nav, as paths under docs/ (`api/core.md`), in nav order."""
+    nav = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    return re.findall(r"[\w/-]+\.md", str(nav))
+
+
 def test_site_builds_strictly(tmp_path):
     proc = mkdocs_build(REPO_ROOT, tmp_path / "site")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    built = {p.parent.name for p in (tmp_path / "site").glob("*/index.html")}
-    pages = {p.stem for p in DOCS.glob("*.md")} - {"index"}
+    site = tmp_path / "site"
+    built = {str(p.parent.relative_to(site)) for p in site.rglob("index.html")}
+    pages = {str(p.relative_to(DOCS).with_suffix("")) for p in DOCS.rglob("*.md")} - {"index"}
+    pages = {p.removesuffix("/index") for p in pages}
     assert pages <= built, f"pages not built: {sorted(pages - built)}"
-    methods = (tmp_path / "site" / "methods" / "index.html").read_text(encoding="utf-8")
+    methods = (site / "methods" / "index.html").read_text(encoding="utf-8")
     # the hook (docs/_hooks/table_pipes.py): GitHub's escaped pipe in a table's code span renders as a plain pipe
     assert "<code>progrpo_baseline=prompt|group_mean</code>" in methods and "\\|" not in methods
+    # mkdocs-material with navigation tabs, a copy button on code blocks and search
+    config = json.loads(re.search(r'<script id="__config" type="application/json">(.*?)</script>', methods).group(1))
+    assert {"content.code.copy", "navigation.tabs"} <= set(config["features"])
+    assert 'class="md-tabs"' in methods
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert any("group_advantages" in doc["location"] for doc in index["docs"])
+    # the API reference, rendered from the docstrings (mkdocstrings), Sphinx roles dropped (docs/_hooks/rst_roles.py)
+    core = (site / "api" / "core" / "index.html").read_text(encoding="utf-8")
+    assert 'id="exploration_trl.core.advantages.group_advantages"' in core
+    assert "GRPO group-relative advantage" in core
+    trainers = (site / "api" / "trainers" / "index.html").read_text(encoding="utf-8")
+    assert 'id="exploration_trl.trainers.base.ExplorationGRPOTrainer._compute_advantages"' in trainers
+    confirm = (site / "api" / "confirmatory" / "index.html").read_text(encoding="utf-8")
+    assert 'id="exploration_trl.experiments.confirmatory.analysis.analyse"' in confirm
+    for page in site.joinpath("api").rglob("index.html"):
+        assert not re.search(r":(func|mod|class|meth):<code>", page.read_text(encoding="utf-8")), page
 
 
 def test_strict_build_fails_on_a_broken_link_a_missing_anchor_and_a_page_outside_nav(tmp_path):
     root = tmp_path / "copy"
     shutil.copytree(DOCS, root / "docs")
     shutil.copy(REPO_ROOT / "mkdocs.yml", root)
+    (root / "exploration_trl").symlink_to(REPO_ROOT / "exploration_trl")  # the API reference's source
     with open(root / "docs" / "methods.md", "a", encoding="utf-8") as f:
         f.write("\nSee [gone](gone.md) and [Evaluation](evaluation.md#no-such-heading).\n")
     (root / "docs" / "orphan.md").write_text("# Not in nav\n", encoding="utf-8")
@@ -131,13 +157,23 @@ def test_strict_build_fails_on_a_broken_link_a_missing_anchor_and_a_page_outside
 def test_readme_relative_links_resolve():
     assert broken_relative_links(README) == []
     links = [t for line in prose_lines(README.read_text(encoding="utf-8")) for t in _LINK.findall(line)]
-    to_docs = {t.partition("#")[0] for t in links if t.startswith("docs/") and t.partition("#")[0].endswith(".md")}
-    nav = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
-    in_nav = set(re.findall(r"[\w-]+\.md", str(nav)))
-    assert {Path(t).name for t in to_docs} == in_nav - {"index.md"}, "the README links every page of the site"
+    to_docs = {t.partition("#")[0].removeprefix("docs/") for t in links
+               if t.startswith("docs/") and t.partition("#")[0].endswith(".md")}
+    # every page of the site but the home page, and the API reference through its index
+    expected = {p for p in nav_pages() if not p.startswith("api/")} - {"index.md"} | {"api/index.md"}
+    assert to_docs == expected, "the README links every page of the site"
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+def test_api_reference_documents_every_registered_method():
+    """docs/api/trainers.md renders every registered method's trainer and config, from the module defining each."""
+    text = (DOCS / "api" / "trainers.md").read_text(encoding="utf-8")
+    for name, classes in exploration_trl.METHODS.items():
+        for cls in (c for c in classes if c.__module__.startswith("exploration_trl.")):  # not a test's own method
+            assert f"::: {cls.__module__}.{cls.__qualname__}\n" in text, (
+                f"docs/api/trainers.md: add `::: {cls.__module__}.{cls.__qualname__}` (method {name})")
+
+
+@pytest.mark.parametrize("page", sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")))
 def test_docs_links_resolve_on_github(page):
     assert broken_relative_links(DOCS / page) == []
 

@@ -17,6 +17,9 @@ One module a job, each importing only the ones listed before it:
 - `train_data`: the dataset, reward and prompt-length checks;
 - `train`: `train_main`;
 - `entry_point`: `main`, `build_parser` and `SUBCOMMAND_MODULES` (the other subcommands' `register(subparsers)`).
+
+Beside them, `config_reference` writes docs/config_reference.md from the config dataclasses and the method registry
+(`python -m exploration_trl.cli.config_reference`); nothing imports it.
 """
 
 from .common import CLIError

@@ -1,7 +1,8 @@
 """Pure-torch core math of exploration-trl (advantages and per-token loss terms).
 
 Nothing here imports TRL or transformers, so these functions can be used from any RL framework.
-See SPEC.md for the contract.
+The contract (the conventions, each function's formula with its paper and equation, the edge cases):
+docs/math.md, "Conventions" and one section per method.
 """
 
 from ._utils import masked_mean

@@ -1,6 +1,6 @@
 """Advantage estimators and advantage shaping (pure torch, no TRL import).
 
-Conventions (see SPEC.md): a batch holds ``B = num_prompts * G`` completions, the ``G``
+Conventions (docs/math.md, "Conventions"): a batch holds ``B = num_prompts * G`` completions, the ``G``
 completions of a prompt being contiguous rows; ``(B, T)`` completion tensors are right-padded and
 ``mask`` is 1 on real tokens. All statistics are computed in float32; inputs are never modified.
 

@@ -45,7 +45,8 @@ SETTINGS: list[tuple[str, str, dict[str, Any]]] = [
     ("casp_best", "casp", {**frontier.PUBLISHED["casp"], "casp_top1_penalty": 2.0}),
     ("clip_cov_best", "clip_cov", {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1e8, "clip_cov_ub": 1e9}),
     ("progrpo+casp_published", "progrpo+casp", {**frontier.PUBLISHED["progrpo"], **frontier.PUBLISHED["casp"]}),
-    # DS-GRPO's published setting in its literal trajectory form (SPEC.md's default granularity, `sequence_sum`);
+    # DS-GRPO's published setting in its literal trajectory form (the default granularity,
+    # `sequence_sum`: docs/math.md, "DS-GRPO: differential smoothing");
     # `frontier.PUBLISHED` keeps the per-token form the earlier sweeps ran with.
     ("dsgrpo_published", "dsgrpo", {**frontier.PUBLISHED["dsgrpo"], "ds_logp_granularity": "sequence_sum"}),
     ("casp_published", "casp", dict(frontier.PUBLISHED["casp"])),

@@ -274,7 +274,8 @@ class RolloutMixin:
     def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(q_t | q_<t) for prompt tokens, computed once per unique prompt and shared by its rows.
 
-        The first real prompt token has no context, so it is masked out (SPEC: the caller masks it).
+        The first real prompt token has no context, so it is masked out (docs/math.md, "ProGRPO: confidence-reweighted
+        advantages").
         """
         prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
         n, plen = prompt_ids.shape
