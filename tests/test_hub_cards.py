@@ -403,8 +403,11 @@ def test_push_bare_name_goes_to_the_token_namespace(full_dir, monkeypatch, no_hu
     monkeypatch.setattr(huggingface_hub, "create_repo",
                         lambda repo_id, **kw: huggingface_hub.RepoUrl(f"https://huggingface.co/alice/{repo_id}"))
     uploaded = {}
-    monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: uploaded.update(kw) or "commit-url")
-    assert push_output_dir(full_dir, "toy", method="casp", base_model=BASE) == "commit-url"
+    commit_url = "https://huggingface.co/alice/toy/commit/0123abc"
+    commit = huggingface_hub.CommitInfo(commit_url=commit_url, commit_message="m", commit_description="", oid="0123abc")
+    monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: uploaded.update(kw) or commit)
+    url = push_output_dir(full_dir, "toy", method="casp", base_model=BASE)
+    assert url == commit_url and type(url) is str  # the commit's URL as a plain string, not the repo's URL
     assert uploaded["repo_id"] == "alice/toy"
     assert 'model_id = "alice/toy"' in (full_dir / "README.md").read_text()
     assert load_card_state(full_dir)["repo_id"] == "alice/toy"
