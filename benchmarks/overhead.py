@@ -16,7 +16,8 @@ disturbance. Writes `benchmarks/overhead.json`.
     python benchmarks/overhead.py --logging-steps 10    # the LM-head metrics on every 10th step only
     python benchmarks/overhead.py --scaling             # vocabulary 32k/152k, length 64/512, G 8/16 (~30 min)
     python benchmarks/overhead.py --summarize benchmarks/scaling.json   # re-summarise a saved run
-    python benchmarks/overhead.py --device cuda         # one GPU, Qwen2.5-0.5B at random weights (overhead_device.py)
+    python benchmarks/overhead.py --device cuda         # one GPU, Qwen2.5-0.5B at random weights, TRL and every
+                                                        # registered method (overhead_device.py)
     python benchmarks/overhead.py --dry-run             # the device mode's code on CPU, tiny (a test runs it)
 """
 
@@ -262,6 +263,8 @@ def main():
                         help="cuda: the GPU mode (benchmarks/overhead_device.py; writes benchmarks/overhead_gpu.json)")
     parser.add_argument("--dry-run", action="store_true",
                         help="the device mode on CPU with a tiny model and workload (checks the code, not the numbers)")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="device mode: seconds since the epoch after which no method is started (a time cap)")
     parser.add_argument("--summarize", metavar="JSON", default=None,
                         help="recompute the tables (and a scaling plot) from a saved run's raw trials, in place")
     # A single trial, run in a child process.
@@ -275,7 +278,8 @@ def main():
 
         methods = args.methods.split(",") if args.methods != ",".join(METHODS) else None
         default = None if args.dry_run else Path(__file__).parent / "overhead_gpu.json"
-        run("cpu" if args.dry_run else "cuda", args.dry_run, methods, Path(args.output) if args.output else default)
+        run("cpu" if args.dry_run else "cuda", args.dry_run, methods, Path(args.output) if args.output else default,
+            deadline=args.deadline)
         return 0
     # --scaling runs 4 workloads, one of them 8x longer: fewer rounds and steps keep it near half an hour on 2 cores.
     args.rounds = args.rounds or (2 if args.scaling else 3)

@@ -12,6 +12,11 @@ A trial is 6 optimizer steps in this process on a freshly initialised model (the
 Reported per trial: train-only and generating step seconds, peak CUDA memory, syncs per step kind. At
 `logging_steps: 10` one step in ten logs, so the train-only time there is amortised as 0.9 x the non-logging step
 + 0.1 x the every-step-logging step. `--dry-run` runs the same code on CPU with `random:toy`, short, for the tests.
+
+The methods are TRL and every registered one (`exploration_trl.methods.METHODS`). With a deadline
+(`--deadline`, what `scripts/gpu_validate.sh` passes) a method is not started when the slowest one so far would not
+finish before it, and SIGTERM stops the run: either way the report keeps the methods measured so far and names the
+ones not run. The report is rewritten after each method, so even a killed run leaves what it measured.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import gc
 import importlib.metadata as md
 import json
+import math
 import platform
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -28,13 +35,28 @@ WORKLOAD = {"model": "random:qwen2.5-0.5b", "dtype": "bfloat16", "completions_pe
             "completion_length": 128, "steps_per_generation": 2, "prompt_chars": 64, "steps": 6}
 DRY_RUN = {**WORKLOAD, "model": "random:toy", "dtype": "float32", "completions_per_step": 8, "num_generations": 4,
            "completion_length": 8, "prompt_chars": 16, "steps": 4}
-METHODS = ["trl", "grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov", "passk", "pkpo", "unlikely"]
 DRY_RUN_METHODS = ["trl", "grpo", "casp", "clip_cov"]
 LOGGING = {"logging10": 10, "every_step": 1}
 COUNTED_STEPS = (0, 1)  # step 0 generates, step 1 only trains
 #: Issue 35's GPU goals for the train-only step time over TRL's: metrics at logging_steps 10 (CaSP its own), and on
 #: every step.
 GOAL_LOGGING10, GOAL_CASP_LOGGING10, GOAL_EVERY_STEP = 1.05, 1.15, 1.10
+
+
+def registered_methods() -> list[str]:
+    """TRL, then every registered method (importing the trainers registers the built-in ones)."""
+    import exploration_trl.trainers  # noqa: F401
+    from exploration_trl.methods import METHODS
+
+    return ["trl", *METHODS]
+
+
+class Stopped(Exception):
+    """SIGTERM arrived (the caller's time cap): stop, keep what was measured."""
+
+
+def _on_sigterm(signum, frame):
+    raise Stopped("SIGTERM")
 
 
 def versions(device: str) -> dict:
@@ -138,6 +160,7 @@ def trial(method: str, workload: dict, logging_steps: int, device: str, workdir:
     started = time.perf_counter()
     trainer.train()
     total = time.perf_counter() - started
+    losses = [e[k] for e in trainer.state.log_history for k in ("loss", "train_loss") if k in e]
     spg = workload["steps_per_generation"]
     timed = range(len(COUNTED_STEPS), len(steps.seconds))
     result = {
@@ -146,6 +169,8 @@ def trial(method: str, workload: dict, logging_steps: int, device: str, workdir:
         "syncs_generating": steps.syncs[0], "syncs_train_only": steps.syncs[1],
         "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
         "trial_s": round(total, 2),
+        # Every logged loss finite (None when none was logged): a method that trains to NaN fails here.
+        "loss_finite": all(math.isfinite(float(v)) for v in losses) if losses else None,
     }
     del trainer, model
     gc.collect()
@@ -203,7 +228,21 @@ def print_table(report: dict):
                   f"{report['summary'][method]['meets_goals']}")
 
 
-def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | None) -> dict:
+def _write(report: dict, output: Path | None) -> None:
+    """The report so far (summary of the methods measured), atomically."""
+    report["summary"] = summarize(report["trials"]) if "trl" in report["trials"] else {}
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_name(output.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=1) + "\n")
+        tmp.replace(output)
+
+
+def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | None,
+        deadline: float | None = None) -> dict:
+    """Measure `methods` (default: TRL and every registered method; `--dry-run`: a few) and write the report.
+
+    `deadline` (seconds since the epoch): no method is started that the slowest so far would carry past it."""
     import tempfile
 
     import torch
@@ -213,10 +252,11 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
     workload = DRY_RUN if dry_run else WORKLOAD
     if device == "cpu":
         torch.set_num_threads(1)  # a tiny model: more threads only contend with each other
-    methods = methods or (DRY_RUN_METHODS if dry_run else METHODS)
+    methods = methods or (DRY_RUN_METHODS if dry_run else registered_methods())
     if "trl" not in methods:
         methods = ["trl", *methods]
-    report = {"versions": versions(device), "workload": workload, "trials": {}}
+    report = {"versions": versions(device), "workload": workload, "methods": methods, "trials": {},
+              "not_run": [], "stopped": None}
     print(f"device: {report['versions']['device']}; versions: " + ", ".join(
         f"{k} {v}" for k, v in report["versions"].items() if k != "device"), flush=True)
     started = time.perf_counter()
@@ -224,20 +264,41 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
     from exploration_trl.toy import build_toy_tokenizer
 
     tokenizer = build_toy_tokenizer(vocab_size=load_config(workload["model"].removeprefix("random:")).vocab_size)
-    with tempfile.TemporaryDirectory() as tmp:
-        for method in methods:
-            report["trials"][method] = {}
-            for mode, logging_steps in LOGGING.items():
-                r = trial(method, workload, logging_steps, device, Path(tmp), tokenizer)
-                report["trials"][method][mode] = r
-                print(f"{method:9s} {mode:10s} train-only {r['train_only_s']:.3f} s, generating "
-                      f"{r['generating_s']:.3f} s, syncs {r['syncs_train_only']}/{r['syncs_generating']} "
-                      f"({r['trial_s']:.0f} s)", flush=True)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    per_method: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, method in enumerate(methods):
+                if deadline is not None and time.time() + max(per_method, default=0.0) > deadline:
+                    report["not_run"] = methods[i:]
+                    report["stopped"] = (f"time cap: {len(methods) - i} of {len(methods)} methods not started "
+                                         f"({', '.join(methods[i:])})")
+                    break
+                method_started = time.perf_counter()
+                modes = {}
+                for mode, logging_steps in LOGGING.items():
+                    r = trial(method, workload, logging_steps, device, Path(tmp), tokenizer)
+                    modes[mode] = r
+                    print(f"[{i + 1}/{len(methods)}] {method:9s} {mode:10s} train-only {r['train_only_s']:.3f} s, "
+                          f"generating {r['generating_s']:.3f} s, syncs {r['syncs_train_only']}/"
+                          f"{r['syncs_generating']}, loss finite {r['loss_finite']} ({r['trial_s']:.0f} s)",
+                          flush=True)
+                report["trials"][method] = modes
+                per_method.append(time.perf_counter() - method_started)
+                report["seconds"] = round(time.perf_counter() - started, 1)
+                _write(report, output)
+    except Stopped as e:
+        report["not_run"] = [m for m in methods if m not in report["trials"]]
+        report["stopped"] = f"{e}: stopped during {report['not_run'][0]}" if report["not_run"] else str(e)
+        print(f"stopped ({report['stopped']}); keeping the {len(report['trials'])} methods measured", flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     report["seconds"] = round(time.perf_counter() - started, 1)
-    report["summary"] = summarize(report["trials"])
-    print_table(report)
+    _write(report, output)
+    if report["trials"].get("trl"):
+        print_table(report)
+    if report["stopped"]:
+        print(f"not run: {', '.join(report['not_run'])} ({report['stopped']})")
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {output} ({report['seconds']:.0f} s)")
     return report

@@ -21,7 +21,7 @@
 #   SMOKE_DATA=gsm8k                         gsm8k (the shipped GSM8K problems + math rewards), hub (the recipes'
 #                                            Hub GSM8K) or countdown (built in)
 #   SMOKE_MAX_STEPS=2  SMOKE_MAX_COMPLETION_LENGTH=128
-#   SMOKE_EVAL=1                             0 skips the eval runs
+#   SMOKE_EVAL=1                             0 skips the eval runs; adapter: only the first LoRA adapter's
 #   SMOKE_OUT=<new temp dir>                 outputs and one log per run
 #   SMOKE_LAUNCHER=accelerate                accelerate (configs/accelerate/single_gpu.yaml) or python
 #   SMOKE_ALLOW_CPU=0                        1 runs on CPU without bf16/vLLM (only to check this script)
@@ -155,7 +155,7 @@ for method in $METHODS; do
   done
 done
 
-if [[ "${SMOKE_EVAL:-1}" == "1" ]]; then
+if [[ "${SMOKE_EVAL:-1}" != "0" ]]; then
   eval_run() {  # eval_run NAME MODEL
     local name="$1" model="$2" dir="$OUT/$1" log="$OUT/$1.log"
     # The shipped GSM8K problems; 4 problems x 4 samples of at most MAX_LEN tokens keep it to seconds (a random
@@ -170,7 +170,7 @@ if [[ "${SMOKE_EVAL:-1}" == "1" ]]; then
       record "$name" FAIL $(( SECONDS - start )) "$log"
     fi
   }
-  eval_run eval-base "$MODEL"
+  [[ "${SMOKE_EVAL:-1}" == "adapter" ]] || eval_run eval-base "$MODEL"
   # A LoRA adapter directory is a valid eval model too (merged on load): checks the sharing path end to end.
   first_lora="$OUT/${METHODS%% *}-lora"
   if [[ -f "$first_lora/adapter_config.json" ]]; then

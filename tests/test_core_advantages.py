@@ -295,18 +295,19 @@ def _graded_group_inputs():
 def test_progrpo_skip_rule_judges_correctness_under_a_graded_reward():
     """The recipes' reward is accuracy + 0.1 format (threshold 0.5): skipping is by correctness, not equal rewards."""
     comp, cmask, prompt, pmask = _graded_group_inputs()
-    # all wrong, two of four formatted: rewards [0.1, 0, 0.1, 0], mean 0.05, unbiased std sqrt(0.01/3) = 0.0577350
-    # GRPO A = +-0.05 / (0.0577350 + 1e-4) = +-0.8645356
+    # all wrong, two of four formatted: rewards [0.1, 0, 0.1, 0], mean 0.05, deviations +-0.05, squares 4 * 0.0025
+    # = 0.01, unbiased variance 0.01 / 3, std sqrt(0.01 / 3) = 0.1 / sqrt(3) = 0.05773502692;
+    # GRPO A = +-0.05 / (0.05773502692 + 1e-4) = +-0.05 / 0.05783502692 = +-0.86452800 (0.8645279974)
     rewards = T([0.1, 0.0, 0.1, 0.0])
     adv = group_advantages(rewards, 4)
-    assert_close(adv, T([0.8645356, -0.8645356, 0.8645356, -0.8645356]))
+    assert_close(adv, T([0.8645280, -0.8645280, 0.8645280, -0.8645280]), atol=1e-6, rtol=0)
     for rule in ("all_equal", "all_wrong"):
         out = progrpo_advantages(adv, rewards, 4, comp, cmask, prompt, pmask, skip_groups=rule, correct_threshold=0.5)
         assert_close(out, adv)  # Algorithm 1 / Eq. 4: an all-wrong group is untouched
     # a threshold of 0 counts the format bonus as correct: the group looks mixed and is shifted
-    # 0.8645356 + 0.12 = 0.9845356 ; -0.8645356 + 0.09 = -0.7745356
+    # 0.8645280 + 0.12 = 0.9845280 ; -0.8645280 + 0.09 = -0.7745280
     out = progrpo_advantages(adv, rewards, 4, comp, cmask, prompt, pmask, correct_threshold=0.0)
-    assert_close(out, T([0.9845356, -0.7745356, 0.9845356, -0.7745356]))
+    assert_close(out, T([0.9845280, -0.7745280, 0.9845280, -0.7745280]), atol=1e-6, rtol=0)
     # all right with mixed formatting [1.1, 1.0, 1.1, 1.0]: untouched under all_equal (Algorithm 1) ...
     rewards = T([1.1, 1.0, 1.1, 1.0])
     adv = group_advantages(rewards, 4)

@@ -21,7 +21,14 @@ def test_quick_curves_writes_rows_verdicts_and_plot(tmp_path):
         assert 0 <= r["pass@1"] <= r["pass@64"] <= 1 and r["token_entropy"] > 0 and r["distinct_correct"] >= 0
     step0 = {(r["label"], r["seed"]): r["pass@1"] for r in rows if r["step"] == 0}
     assert len(set(step0.values())) <= 2  # step 0 is the warm start: the same for every setting of a seed
-    assert saved["verdicts"]["dsgrpo_best"]["vs_grpo"]["verdict"] in ("beats", "no", "below", "no verdict")
+    # Four steps barely move either setting from the warm start: with 2 seeds each step after 0 is compared with
+    # GRPO's trajectory (steps 2 and 4), and neither clears 2 standard errors either way: "no".
+    v = saved["verdicts"]["dsgrpo_best"]["vs_grpo"]
+    assert v["verdict"] == "no" and v["compared"] == 2 and v["last"]["step"] == 4 and v["last"]["seeds"] == 2
+    last = [r for r in rows if r["label"] == "dsgrpo_best" and r["step"] == 4]
+    assert v["last"]["pass@1"] == pytest.approx(sum(r["pass@1"] for r in last) / 2)
+    assert v["last"]["pass@64"] == pytest.approx(sum(r["pass@64"] for r in last) / 2)
+    assert abs(v["best"]["z"]) <= 2 and abs(v["last"]["z"]) <= 2
     assert saved["verdicts"]["grpo"]["vs_grpo"] is None
     assert saved["missing"] == [] and all(r["finished"] for r in saved["ran"])
     assert data["plot"].endswith(curves.PLOT_FILE)

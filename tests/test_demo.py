@@ -97,6 +97,10 @@ def test_quick_demo_writes_the_summary_models_cards_and_plot(tmp_path, capsys):
         assert t[0] == summary["warm_start"]["trajectory"][0]
         final = summary[name]["pass_at_k"]
         assert (t[-1]["pass@1"], t[-1]["pass@64"]) == (final["1"], final["8"])
+        # The card's training sentence ends at the final evaluation, the table's value, not at the last one on the way.
+        card = (out / name / "README.md").read_text()
+        assert (f"held-out pass@1 {100 * t[1]['pass@1']:.1f}% at step 2 → {100 * final['1']:.1f}% at step 4 "
+                "(final evaluation)") in card
         assert all(0 <= p["pass@1"] <= p["pass@64"] <= 1 and p["distinct_correct"] >= 0 for p in t)
     assert set(summary[demo.META_KEY]["versus_grpo"]) == {method}
     assert (out / "trajectory.png").stat().st_size > 10_000

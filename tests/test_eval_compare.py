@@ -8,7 +8,7 @@ from math import comb
 import pytest
 
 from exploration_trl.eval import EvalError
-from exploration_trl.eval.command import parse_ks, register
+from exploration_trl.eval.command import parse_k_option, register
 from exploration_trl.eval.compare import compare
 from exploration_trl.eval.plots import curve_points, plot_pass_at_k
 
@@ -135,13 +135,13 @@ def test_eval_parser_defaults_and_flags():
     ])
     assert (args.n, args.max_tokens, args.limit, args.batch_size, args.seed) == (8, 64, 5, 4, 3)
     assert (args.reward, args.question_column, args.answer_column, args.backend) == ("countdown", "q", "a", "transformers")
-    assert args.no_semantic and args.overwrite and parse_ks(args.k) == [1, 2, 8]
+    assert args.no_semantic and args.overwrite and parse_k_option(args.k) == [1, 2, 8]
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "--model", "m", "--benchmark", "b", "--backend", "tgi"])
     with pytest.raises(EvalError, match="comma-separated"):
-        parse_ks("1,two")
+        parse_k_option("1,two")
     with pytest.raises(EvalError, match="positive"):
-        parse_ks("0,1")
+        parse_k_option("0,1")
 
 
 def test_eval_command_end_to_end(tmp_path, capsys, monkeypatch):

@@ -2,10 +2,8 @@
 
 import json
 import math
-import re
 import sys
 import types
-from fractions import Fraction
 
 import pytest
 
@@ -14,49 +12,10 @@ from exploration_trl.eval import generation as gen_mod
 from exploration_trl.eval.benchmarks import load_benchmark
 from exploration_trl.eval.generation import Samples, TransformersGenerator, VLLMGenerator
 from exploration_trl.eval.harness import RESULTS_SCHEMA, extract_answer, load_results, run_eval
+from exploration_trl.rewards import get_reward  # noqa: F401  (run_eval grades with it: a broken import fails here)
 
 
 # ------------------------------------------------------------------------------------------- fixtures
-def _fallback_get_reward(name, **kwargs):
-    """Minimal stand-ins, used only while `exploration_trl.rewards` is not importable."""
-
-    def text(c):
-        return c if isinstance(c, str) else c[-1]["content"]
-
-    def math_accuracy(completions, answer, **kw):
-        out = []
-        for c, gold in zip(completions, answer):
-            boxed = re.findall(r"\\boxed\{([^{}]*)\}", text(c))
-            out.append(1.0 if boxed and boxed[-1].strip() == str(gold) else 0.0)
-        return out
-
-    def countdown(completions, nums, target, **kw):
-        out = []
-        for c, ns, t in zip(completions, nums, target):
-            tags = re.findall(r"<answer>(.*?)</answer>", text(c), flags=re.S)
-            ok = False
-            if tags and re.fullmatch(r"[\d+\-*/() ]+", tags[-1]):
-                used = sorted(int(x) for x in re.findall(r"\d+", tags[-1]))
-                try:
-                    ok = used == sorted(ns) and Fraction(eval(tags[-1], {}, {})) == t  # noqa: S307 (digits/ops only)
-                except (ZeroDivisionError, SyntaxError):
-                    ok = False
-            out.append(1.0 if ok else 0.0)
-        return out
-
-    return {"math_accuracy": math_accuracy, "countdown": countdown}[name]
-
-
-@pytest.fixture
-def rewards(monkeypatch):
-    try:
-        from exploration_trl.rewards import get_reward  # noqa: F401
-    except ImportError:
-        fake = types.ModuleType("exploration_trl.rewards")
-        fake.get_reward = _fallback_get_reward
-        monkeypatch.setitem(sys.modules, "exploration_trl.rewards", fake)
-
-
 @pytest.fixture(scope="module")
 def toy_dir(tmp_path_factory):
     from exploration_trl.toy import make_toy_checkpoint
@@ -72,7 +31,7 @@ def _lines(path):
 
 
 # ------------------------------------------------------------------------------------------- end to end
-def test_run_eval_end_to_end(toy_dir, tmp_path, rewards):
+def test_run_eval_end_to_end(toy_dir, tmp_path):
     out = tmp_path / "run"
     res = run_eval(toy_dir, "countdown3", output_dir=out, **FAST)
     for name in ("results.json", "samples.jsonl", "pass_at_k.png"):
@@ -122,7 +81,7 @@ def test_run_eval_end_to_end(toy_dir, tmp_path, rewards):
     assert load_results(out)["summary"] == res["summary"]
 
 
-def test_resume_after_interruption(toy_dir, tmp_path, rewards, monkeypatch):
+def test_resume_after_interruption(toy_dir, tmp_path, monkeypatch):
     bench = load_benchmark("countdown3", limit=3)
     original = TransformersGenerator.generate
     calls = []
@@ -159,7 +118,7 @@ def test_resume_after_interruption(toy_dir, tmp_path, rewards, monkeypatch):
     assert more["summary"]["num_problems"] == 4
 
 
-def test_partial_last_line_is_dropped(toy_dir, tmp_path, rewards):
+def test_partial_last_line_is_dropped(toy_dir, tmp_path):
     out = tmp_path / "partial"
     run_eval(toy_dir, "countdown3", output_dir=out, **{**FAST, "limit": 2})
     text = (out / "samples.jsonl").read_text()
@@ -168,7 +127,7 @@ def test_partial_last_line_is_dropped(toy_dir, tmp_path, rewards):
     assert res["summary"]["num_problems"] == 2 and len(_lines(out / "samples.jsonl")) == 2
 
 
-def test_settings_mismatch_is_refused(toy_dir, tmp_path, rewards):
+def test_settings_mismatch_is_refused(toy_dir, tmp_path):
     out = tmp_path / "run"
     run_eval(toy_dir, "countdown3", output_dir=out, **{**FAST, "limit": 1})
     with pytest.raises(EvalError) as err:
@@ -183,7 +142,7 @@ def test_settings_mismatch_is_refused(toy_dir, tmp_path, rewards):
     assert res["summary"]["n"] == 2 and _lines(out / "samples.jsonl")[0]["settings"]["n"] == 2
 
 
-def test_bad_arguments(toy_dir, tmp_path, rewards):
+def test_bad_arguments(toy_dir, tmp_path):
     with pytest.raises(EvalError, match="k=8 .*n=4"):
         run_eval(toy_dir, "countdown3", output_dir=tmp_path / "a", ks=[1, 8], **FAST)
     with pytest.raises(EvalError, match="n must be"):
@@ -216,7 +175,7 @@ def _fixed_texts(fn):
     return _FakeGenerator(lambda p, n: Samples(fn(p), [0.5] * n, [5] * n, ["stop"] * n))
 
 
-def test_metrics_from_scripted_completions(tmp_path, rewards, monkeypatch):
+def test_metrics_from_scripted_completions(tmp_path, monkeypatch):
     script = {
         "[30, 100, 93]": ["<answer>30 + 93 - 100</answer>", "<answer>93 - 100 + 30</answer>",
                           "<answer>30+93-100</answer>", "<answer>1 + 2</answer>"],  # target 23: 3 correct
@@ -399,7 +358,7 @@ def test_humaneval_completion_style_grading(tmp_path, monkeypatch):
     assert res["summary"]["solution_multiplicity"] is None and res["benchmark"]["answer_type"] == "code"
 
 
-def test_gsm8k_grading_and_majority(tmp_path, monkeypatch, rewards):
+def test_gsm8k_grading_and_majority(tmp_path, monkeypatch):
     texts = ["so \\boxed{18}", "The answer is 18.", "\\boxed{18.0}", "\\boxed{17}", "\\boxed{17}"]
     monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _fixed_texts(lambda p: texts))
     res = run_eval("scripted", "gsm8k", n=5, limit=1, output_dir=tmp_path / "g", semantic=False, progress=False)
@@ -411,7 +370,7 @@ def test_gsm8k_grading_and_majority(tmp_path, monkeypatch, rewards):
     assert res["summary"]["solution_multiplicity"]["mean"] == 1.0
 
 
-def test_math_solution_multiplicity_counts_values_not_strings(tmp_path, monkeypatch, rewards):
+def test_math_solution_multiplicity_counts_values_not_strings(tmp_path, monkeypatch):
     """Three correct spellings of 18 (\\boxed{18}, \\boxed{18.00}, \\boxed{\\frac{36}{2}}) are one solution."""
     texts = ["\\boxed{18}", "\\boxed{18.00}", "\\boxed{\\frac{36}{2}}", "\\boxed{17}"]
     monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _fixed_texts(lambda p: texts))

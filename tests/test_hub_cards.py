@@ -403,8 +403,11 @@ def test_push_bare_name_goes_to_the_token_namespace(full_dir, monkeypatch, no_hu
     monkeypatch.setattr(huggingface_hub, "create_repo",
                         lambda repo_id, **kw: huggingface_hub.RepoUrl(f"https://huggingface.co/alice/{repo_id}"))
     uploaded = {}
-    monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: uploaded.update(kw) or "commit-url")
-    assert push_output_dir(full_dir, "toy", method="casp", base_model=BASE) == "commit-url"
+    commit_url = "https://huggingface.co/alice/toy/commit/0123abc"
+    commit = huggingface_hub.CommitInfo(commit_url=commit_url, commit_message="m", commit_description="", oid="0123abc")
+    monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: uploaded.update(kw) or commit)
+    url = push_output_dir(full_dir, "toy", method="casp", base_model=BASE)
+    assert url == commit_url and type(url) is str  # the commit's URL as a plain string, not the repo's URL
     assert uploaded["repo_id"] == "alice/toy"
     assert 'model_id = "alice/toy"' in (full_dir / "README.md").read_text()
     assert load_card_state(full_dir)["repo_id"] == "alice/toy"
@@ -455,7 +458,8 @@ def test_every_method_shows_its_own_settings_on_the_card():
 NUMBER = r"-?\d+(?:\.\d+)?"
 SUMMARY_PART = re.compile(
     rf"(?P<label>mean reward|token entropy|held-out pass@(?P<k>\d+)) (?P<v0>{NUMBER})(?P<u0> nats|%)? at step "
-    rf"(?P<s0>\d+)(?: → (?P<v1>{NUMBER})(?P<u1> nats|%)? at step (?P<s1>\d+))?")
+    rf"(?P<s0>\d+)(?: → (?P<v1>{NUMBER})(?P<u1> nats|%)? at step (?P<s1>\d+))?"
+    rf"(?: → (?P<v2>{NUMBER})(?P<u2>%) at step (?P<s2>\d+) \(final evaluation\))?")
 
 
 def _close(shown: str, unit: str | None, value: float) -> bool:
@@ -479,11 +483,15 @@ def _prose(body: str, static: list[str]) -> list[str]:
     return [line for line in body.splitlines() if re.search(r"\d", line) and not line.startswith("|")]
 
 
+@pytest.mark.parametrize("heldout", [None, "countdown3"])
 @pytest.mark.parametrize("eval_steps", [(100, 200, 400), (0, 300, 600)])
-def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps):
+def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps, heldout):
     """A demo-like run: reward and entropy logged every 10 steps for 600 steps, held-out pass@k only on evaluation
     steps (without and with a step-0 evaluation), the final evaluation in `eval/results.json`. Every number in the
-    card's prose and pass@k table is read back and checked against the value of the data at the step it names."""
+    card's prose and pass@k table is read back and checked against the value of the data at the step it names.
+    When the card knows the benchmark evaluated during training (`heldout`), the training sentence's held-out pass@k
+    goes on to the final evaluation, at the last step (the table's value), instead of stopping at the last
+    evaluation during training."""
     from exploration_trl.hub.card_data import resolve_dataset
     from exploration_trl.hub.outcome import outcome_notes
 
@@ -499,7 +507,7 @@ def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps):
     write_results(full_dir / "eval", final, model=full_dir)
     outcome = {"weights_changed": True, "reward_never_varied": False}
     write_model_card(full_dir, method="pkpo", base_model=BASE, dataset="countdown-tiny", log_history=history,
-                     outcome=outcome)
+                     outcome=outcome, heldout_benchmark=heldout)
     body = ModelCard.load(full_dir / "README.md").text
 
     def series(key):
@@ -507,7 +515,7 @@ def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps):
 
     static = [BASE, method_info("pkpo").description, resolve_dataset("countdown-tiny")[1], *outcome_notes(outcome)]
     lines = _prose(body, static)
-    checked = set()
+    checked, to_final = set(), set()
     for line in lines:
         rest = line
         for m in SUMMARY_PART.finditer(line):
@@ -518,6 +526,10 @@ def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps):
             if m["v1"] is not None:
                 assert int(m["s1"]) == points[-1][0], m[0]  # the last value logged, at its own step
                 assert _close(m["v1"], m["u1"], points[-1][1]), m[0]
+            if m["v2"] is not None:  # the final evaluation, after training's last step
+                assert int(m["s2"]) == max(e["step"] for e in history), m[0]
+                assert _close(m["v2"], m["u2"], final["pass_at_k"][m["k"]]), m[0]
+                to_final.add(key)
             checked.add(key)
             rest = rest.replace(m[0], "")
         steps = re.search(r"During training \((\d+) steps\)", rest)
@@ -526,6 +538,7 @@ def test_every_number_in_the_card_is_the_data_at_its_step(full_dir, eval_steps):
             rest = rest.replace(steps[0], "")
         assert not re.search(r"\d", rest), f"a number the test cannot trace to the data: {line!r}"
     assert checked == {"reward", "entropy", "eval_pass@1", "eval_pass@64"}
+    assert to_final == ({"eval_pass@1", "eval_pass@64"} if heldout else set())
 
     table = [line for line in body.splitlines() if line.startswith("| Countdown-3 ")]
     assert len(table) == 1

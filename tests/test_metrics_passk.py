@@ -4,7 +4,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from exploration_trl.metrics import avg_at_n, default_ks, maj_at_n, pass_at_k, pass_at_k_curve
+from exploration_trl.metrics import avg_at_n, default_ks, maj_at_n, parse_ks, pass_at_k, pass_at_k_curve
 
 
 def _exact(n, c, k):
@@ -167,3 +167,91 @@ def test_maj_at_n_errors():
         maj_at_n([["1"]], [[1], [0]])
     with pytest.raises(ValueError):
         maj_at_n([["1", "2"]], [[1]])
+
+
+# ----------------------------------------------------------------------------- parse_ks: the one k-list parser
+@pytest.mark.parametrize("given, n, expected", [
+    ("1,2,4,64", 64, [1, 2, 4, 64]),
+    ("8, 2,,1, 2 ", 8, [1, 2, 8]),  # blanks skipped, sorted, each once
+    ([4, "2", 4.0, np.int64(1)], 4, [1, 2, 4]),  # ints, integer strings, integral floats, numpy ints
+    (3, 4, [3]),  # one integer
+    ("1,1000", None, [1, 1000]),  # no n: no upper bound
+    (None, 6, [1, 2, 4, 6]),  # default: 1, 2, 4, ..., n
+    (None, None, None),
+])
+def test_parse_ks_values(given, n, expected):
+    assert parse_ks(given, n) == expected
+
+
+@pytest.mark.parametrize("given, n, msg", [
+    ("1,two", 8, "k values must be integers, got '1,two'"),
+    ([1, 2.5], 8, "k values must be integers, got [1, 2.5]"),  # no silent truncation to 2
+    ([True], 8, "k values must be integers, got [True]"),
+    (object(), 8, "k values must be integers, got <object"),
+    ("", 8, "no k values given"),
+    (" , ", 8, "no k values given"),
+    ([], None, "no k values given"),
+    ("0,2", 8, "k=0 is out of range: pass@k needs 1 <= k <= n=8"),
+    ([-3, 16], 8, "k=-3 is out of range: pass@k needs 1 <= k <= n=8"),  # below 1 is named first
+    ([1, 16, 32], 8, "k=16 is out of range: pass@k needs 1 <= k <= n=8"),  # the first k above n
+])
+def test_parse_ks_errors(given, n, msg):
+    with pytest.raises(ValueError) as err:
+        parse_ks(given, n)
+    assert str(err.value).startswith(msg) and "\n" not in str(err.value)
+
+
+def test_parse_ks_caller_messages_and_error_class():
+    class Bad(ValueError):
+        pass
+
+    kw = dict(error=Bad, not_integers="A {ks!r}", empty="B n={n}", too_small="C {k} {n}", too_large="D {k} {n}")
+    for given, msg in [("x", "A 'x'"), ("", "B n=4"), ("0", "C 0 4"), ("1,5", "D 5 4")]:
+        with pytest.raises(Bad) as err:
+            parse_ks(given, 4, **kw)
+        assert str(err.value) == msg
+
+
+def test_parse_ks_callers_keep_their_messages(tmp_path):
+    """The four callers (eval CLI's --k, `run_eval`/`summarize`, `compare`, training's `eval_ks`) all parse with
+    `parse_ks`, each with its own one-line messages."""
+    from exploration_trl.eval import EvalError
+    from exploration_trl.eval.command import parse_k_option
+    from exploration_trl.eval.compare import compare
+    from exploration_trl.eval.harness import summarize
+    from exploration_trl.trainers.heldout_eval import parse_eval_ks
+
+    assert parse_k_option("8,1,2") == [1, 2, 8] and parse_k_option(None) is None
+    for given, msg in [("1,two", "--k expects a comma-separated list of integers such as 1,2,4,8, got '1,two'"),
+                       ("0,1", "--k values must be positive integers, got '0,1'"),
+                       (",", "--k values must be positive integers, got ','")]:
+        with pytest.raises(EvalError) as err:
+            parse_k_option(given)
+        assert str(err.value) == msg
+
+    rows = [{"correct": [True, False, False, False]}]
+    assert list(summarize(rows, diversity=False)["pass_at_k"]) == ["1", "2", "4"]
+    assert list(summarize(rows, ks="2,1,2", diversity=False)["pass_at_k"]) == ["1", "2"]
+    for given, msg in [("1,x", "k values must be integers, got '1,x'"), ([], "no k values given"),
+                       ([1, 8], "k=8 is out of range: pass@k needs 1 <= k <= n=4")]:
+        with pytest.raises(EvalError) as err:
+            summarize(rows, ks=given, diversity=False)
+        assert str(err.value) == msg
+
+    results = tmp_path / "results.json"
+    results.write_text('{"schema": "exploration_trl.eval/results/v1", "problems": [{"n": 4, "c": 1}]}')
+    for given, msg in [("1,x", "k values must be integers, got '1,x'"), ("0", "k values must be positive integers"),
+                       ("", "k values must be positive integers"),
+                       ([1, 8, 16], "k=8 exceeds the number of samples of every run (largest n = 4)")]:
+        with pytest.raises(EvalError) as err:
+            compare([results], ks=given)
+        assert str(err.value) == msg
+
+    assert parse_eval_ks(None, 8) == [1, 2, 4, 8] and parse_eval_ks("8,1", 8) == [1, 8]
+    for given, msg in [([1, "a"], "eval_ks is [1, 'a'] but must be integers, e.g. [1, 8, 64]"),
+                       ([], "eval_ks holds nothing but each k must satisfy 1 <= k <= eval_n=8"),
+                       ([0, 1], "eval_ks holds 0 but each k must satisfy 1 <= k <= eval_n=8"),
+                       ([1, 16], "eval_ks holds 16 but each k must satisfy 1 <= k <= eval_n=8")]:
+        with pytest.raises(ValueError) as err:
+            parse_eval_ks(given, 8)
+        assert str(err.value) == msg

@@ -69,6 +69,33 @@ def test_overhead_device_mode_dry_run(tmp_path):
     assert summary["logging10"]["extra_syncs_train_only"] <= 2  # the sync budget, in the benchmark's own run
 
 
+def test_overhead_device_mode_keeps_what_it_measured_at_the_cap(tmp_path):
+    """With a deadline that has passed nothing starts; SIGTERM mid-run keeps the methods measured so far. Either way
+    the report names what was not run."""
+    import signal
+    import time
+
+    out = tmp_path / "late.json"
+    cmd = [sys.executable, "benchmarks/overhead.py", "--dry-run", "--methods", "grpo,casp"]
+    proc = subprocess.run([*cmd, "--output", str(out), "--deadline", str(time.time())], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["trials"] == {} and report["not_run"] == ["trl", "grpo", "casp"]
+    assert report["stopped"] == "time cap: 3 of 3 methods not started (trl, grpo, casp)"
+
+    out = tmp_path / "stopped.json"
+    proc = subprocess.Popen([*cmd, "--output", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    for line in proc.stdout:
+        if line.startswith("[2/3] grpo") and "logging10" in line:  # TRL done, grpo half done
+            proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    report = json.loads(out.read_text())
+    assert set(report["trials"]) == {"trl"} and report["not_run"] == ["grpo", "casp"]
+    assert report["stopped"] == "SIGTERM: stopped during grpo" and report["summary"]["trl"]["meets_goals"] is True
+
+
 def test_gpu_smoke_tiny_cpu_form_runs_offline(tmp_path):
     env = {**os.environ, "SMOKE_MODEL": "random:toy", "SMOKE_ALLOW_CPU": "1", "SMOKE_LAUNCHER": "python",
            "SMOKE_METHODS": "casp", "SMOKE_VARIANTS": "full", "SMOKE_MAX_STEPS": "1", "SMOKE_VLLM": "0",
@@ -83,3 +110,96 @@ def test_gpu_smoke_tiny_cpu_form_runs_offline(tmp_path):
     assert (tmp_path / "casp-full" / "model.safetensors").is_file()
     results = json.loads((tmp_path / "eval-base" / "results.json").read_text())
     assert json.dumps(results).count("gsm8k") >= 1
+
+
+# --------------------------------------------------------------------------------------------- scripts/gpu_validate.sh
+def _gpu_validate():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_validate", REPO / "scripts" / "gpu_validate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_validate_dry_run_writes_a_row_per_method(tmp_path):
+    """`scripts/gpu_validate.sh --dry-run`: the device mode's stages on CPU (the smoke test of the first method, the
+    overhead benchmark of TRL and every registered method), with a JSON and a Markdown report. About 80 s."""
+    import exploration_trl.trainers  # noqa: F401  (registers the methods)
+    from exploration_trl.methods import METHODS
+
+    registered = list(METHODS)
+    out = tmp_path / "validate"
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "not_here")}
+    env.pop("GPU_VALIDATE_WHEELS", None)
+    proc = subprocess.run(["bash", "scripts/gpu_validate.sh", "--dry-run", "--out", str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[gpu_validate" in proc.stdout and "gpu_validate: everything ran and passed" in proc.stdout  # progress
+    assert not (tmp_path / "not_here").exists()  # --out wins over $OUT
+    report = json.loads((out / "gpu_validate.json").read_text())
+    methods = ["trl", *registered]
+    assert report["mode"] == "dry-run" and report["methods"] == registered and not report["stopped_at_cap"]
+    assert report["seconds"] < report["cap_s"] and report["error"] is None
+    assert set(report["overhead"]["trials"]) == set(methods)
+    for method in methods:
+        for mode in ("logging10", "every_step"):
+            trial = report["overhead"]["trials"][method][mode]
+            assert trial["train_only_s"] > 0 and trial["generating_s"] > 0 and trial["loss_finite"] is True
+        assert report["overhead"]["summary"][method]["train_only_logging10_amortised_x_trl"] > 0
+    assert [(r["run"], r["status"]) for r in report["smoke"]] == [(f"train {registered[0]}-full", "PASS"),
+                                                                  ("eval-base", "PASS")]
+    assert all((out / r["log"]).is_file() for r in report["smoke"])
+    table = (out / "gpu_validate.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    for method in methods:
+        cells = [c.strip() for c in rows[method].strip("|").split("|")]
+        assert all(float(c) > 0 for c in cells[1:8] if c != "–"), cells  # times and ratios: numbers
+        assert float(cells[1]) > 0 and float(cells[2]) > 0 and cells[10] == "yes", cells
+    assert f"| train {registered[0]}-full | PASS |" in table
+
+
+def test_gpu_validate_stops_a_stage_at_the_cap_and_reports_what_was_not_run(tmp_path):
+    """The cap: a stage in flight is stopped (its whole process group), what was not reached is listed, and the
+    report still lists a row per method."""
+    import time
+
+    gv = _gpu_validate()
+    v = gv.Validation(gv.parse_args(["--dry-run", "--cap", "0.25", "--out", str(tmp_path)]))  # 15 s
+    started = time.time()
+    rc, lines = v.stream(["bash", "-c", "echo started; sleep 60 & wait"])
+    assert rc is None and lines == ["started"] and time.time() - started < 15  # stopped at the cap minus 3 s
+    v.report["methods"] = ["grpo", "casp"]
+    v.overhead()  # nothing left of the cap: not started
+    v.smoke(tmp_path, "unused", "grpo", "full", evaluate="1")
+    assert v.report["stopped_at_cap"] and v.report["not_run"] == ["overhead benchmark", "smoke grpo"]
+    assert [r["status"] for r in v.report["smoke"]] == ["not run (time cap)"] * 2
+    v.write()
+    table = (tmp_path / "gpu_validate.md").read_text()
+    assert "| trl | not run (time cap) |" in table and "| casp | not run (time cap) |" in table
+    assert "stopped at the cap, not run: overhead benchmark; smoke grpo" in table
+
+
+def test_gpu_validate_arguments_and_carried_pins(tmp_path, monkeypatch, capsys):
+    gv = _gpu_validate()
+    monkeypatch.delenv("GPU_VALIDATE_WHEELS", raising=False)
+    monkeypatch.setenv("OUT", str(tmp_path / "from_env"))
+    args = gv.parse_args([])
+    assert args.cap == 8 and args.out == tmp_path / "from_env" and not args.dry_run
+    monkeypatch.delenv("OUT")
+    assert gv.parse_args(["--dry-run"]).out == REPO / "outputs" / "gpu_validate"
+    for argv, message in [(["--cap", "0"], "--cap is 0 but must be > 0 (minutes)"),
+                          (["--wheels", str(tmp_path / "nope")], f"--wheels {tmp_path / 'nope'} is not a folder")]:
+        with pytest.raises(SystemExit):
+            gv.parse_args(argv)
+        assert message in capsys.readouterr().err
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("trl-1.16.0-py3-none-any.whl", "math_verify-0.9.0-py3-none-any.whl",
+                 "pandas-2.0.0-cp311-cp311-manylinux_2_28_x86_64.whl"):  # an older pandas than the pin: not it
+        (wheels / name).touch()
+    assert gv.carried_pins(wheels) == ["trl==1.16.0", "math-verify==0.9.0"]
+    # The documented wheels are the script's: every pin of scripts/gpu_wheels.txt is on the page.
+    page = (REPO / "docs" / "gpu_validation.md").read_text()
+    pins = [x for x in (REPO / "scripts" / "gpu_wheels.txt").read_text().splitlines() if "==" in x]
+    assert pins and all(pin in page for pin in pins), [p for p in pins if p not in page]

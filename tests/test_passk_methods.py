@@ -147,6 +147,54 @@ def test_pkpo_unbiased_on_average_over_draws():
     torch.testing.assert_close(total.mean(), torch.tensor(k * (1 - (1 - p) ** k)), atol=0.03, rtol=0)
 
 
+# Hand-worked PKPO advantages, G = 4, k = 2 (each sample sits in 3 pairs). At our scale the transform of sample i is
+# the mean over the pairs {i, j} of max(g_i, g_j) (Eq. 19 times n/k); the baselines are Eq. 29 (sloo: minus
+# n/(n-1) = 4/3 times rho_2 of the other three, the mean of their 3 pairs' max) and Eq. 33 (sloo_minus_one: minus
+# rho_1 of the other three, their mean). "s" is then centred and divided by the group's Bessel std as TRL does;
+# the baselined ones are only divided by it (std + TRL's eps 1e-4), not re-centred.
+#
+# Binary g = [0, 1, 0, 1]:
+#   s:              t = [2/3, 1, 2/3, 1], mean 5/6, deviations -+1/6, var = 4 (1/36) / 3 = 1/27, std = sqrt(3)/9
+#   sloo_minus_one: wrong 2/3 - mean(0, 1, 1) = 0, right 1 - mean(0, 0, 1) = 2/3; t = [0, 2/3, 0, 2/3],
+#                   mean 1/3, var = 4 (1/9) / 3 = 4/27, std = 2 sqrt(3)/9
+#   sloo:           wrong 2/3 - 4/3 * 1 = -2/3, right 1 - 4/3 * 2/3 = 1/9; t = [-2/3, 1/9, -2/3, 1/9],
+#                   mean -5/18, deviations -+7/18, var = 4 (49/324) / 3 = 49/243, std = 7 sqrt(3)/27
+# Graded g = [0.5, 0, 1, 0.25] (pairs' max: 0.5 -> .5, 1, .5; 0 -> .5, 1, .25; 1 -> 1, 1, 1; 0.25 -> .5, .25, 1):
+#   s:              t = [8, 7, 12, 7]/12, mean 17/24, deviations [-1, -3, 7, -3]/24, var = 68/576/3 = 17/432,
+#                   std = sqrt(51)/36
+#   sloo_minus_one: means of the others 5/12, 7/12, 3/12, 6/12; t = [3, 0, 9, 1]/12, mean 13/48,
+#                   deviations [-1, -13, 23, -9]/48, var = 780/2304/3 = 65/576, std = sqrt(65)/24
+#   sloo:           rho_2 of the others 3/4, 5/6, 5/12, 5/6, times 4/3: 1, 10/9, 5/9, 10/9;
+#                   t = [2/3 - 1, 7/12 - 10/9, 1 - 5/9, 7/12 - 10/9] = [-12, -19, 16, -19]/36, mean -17/72,
+#                   deviations [-7, -21, 49, -21]/72, var = 3332/5184/3 = 833/3888, std = 7 sqrt(51)/108
+_R3, _R51, _R65 = math.sqrt(3), math.sqrt(51), math.sqrt(65)
+PKPO_BINARY, PKPO_GRADED = [0.0, 1.0, 0.0, 1.0], [0.5, 0.0, 1.0, 0.25]
+#: estimator: ((binary numerator, binary std), (graded numerator, graded std)), from the derivation above
+PKPO_HAND = {
+    "s": (([-1 / 6, 1 / 6, -1 / 6, 1 / 6], _R3 / 9), ([-1 / 24, -3 / 24, 7 / 24, -3 / 24], _R51 / 36)),
+    "sloo_minus_one": (([0, 2 / 3, 0, 2 / 3], 2 * _R3 / 9), ([3 / 12, 0, 9 / 12, 1 / 12], _R65 / 24)),
+    "sloo": (([-2 / 3, 1 / 9, -2 / 3, 1 / 9], 7 * _R3 / 27), ([-12 / 36, -19 / 36, 16 / 36, -19 / 36], 7 * _R51 / 108)),
+}
+
+
+@pytest.mark.parametrize("estimator", ["s", "sloo", "sloo_minus_one"])
+def test_pkpo_advantages_hand_normalised(estimator):
+    """pkpo_advantages = the transform (centred for "s"), divided by its group's std + 1e-4; values by hand."""
+    (num_b, std_b), (num_g, std_g) = PKPO_HAND[estimator]
+    want_b = torch.tensor([x / (std_b + 1e-4) for x in num_b])
+    want_g = torch.tensor([x / (std_g + 1e-4) for x in num_g])
+    torch.testing.assert_close(pkpo_advantages(torch.tensor(PKPO_BINARY), 4, 2, estimator), want_b,
+                               atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(pkpo_advantages(torch.tensor(PKPO_GRADED), 4, 2, estimator), want_g,
+                               atol=1e-6, rtol=1e-6)
+    # One batch of both groups: each is divided by its own group's std.
+    both = pkpo_advantages(torch.tensor(PKPO_BINARY + PKPO_GRADED), 4, 2, estimator)
+    torch.testing.assert_close(both, torch.cat([want_b, want_g]), atol=1e-6, rtol=1e-6)
+    # scale="none": the transform itself (centred for "s"), no division.
+    torch.testing.assert_close(pkpo_advantages(torch.tensor(PKPO_GRADED), 4, 2, estimator, scale="none"),
+                               torch.tensor(num_g), atol=1e-6, rtol=1e-6)
+
+
 def test_pkpo_k1_s_is_grpo_bit_for_bit_and_nan_rows_zero():
     r = torch.tensor([0.1, 0.7, 0.3, 0.9, 0.5, 0.2, 0.2, 0.8])
     assert torch.equal(pkpo_advantages(r, 4, 1, "s"), group_advantages(r, 4))

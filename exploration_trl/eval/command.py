@@ -11,8 +11,8 @@ import argparse
 
 from exploration_trl.eval import EvalError
 
-__all__ = ["register", "add_eval_parser", "add_compare_parser", "run_eval_command", "run_compare_command", "parse_ks",
-           "check_same_benchmark"]
+__all__ = ["register", "add_eval_parser", "add_compare_parser", "run_eval_command", "run_compare_command",
+           "parse_k_option", "check_same_benchmark"]
 
 _BENCH_HELP = (
     "built-in benchmark (gsm8k, math500, aime24, aime25, amc23, countdown3, humaneval) or a local "
@@ -20,17 +20,17 @@ _BENCH_HELP = (
 )
 
 
-def parse_ks(text: str | None) -> list[int] | None:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (``None`` stays ``None``)."""
-    if text is None:
-        return None
-    try:
-        ks = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise EvalError(f"--k expects a comma-separated list of integers such as 1,2,4,8, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise EvalError(f"--k values must be positive integers, got {text!r}")
-    return ks
+def parse_k_option(text: str | None) -> list[int] | None:
+    """``--k "1,2,4"`` -> ``[1, 2, 4]`` (``None`` stays ``None``: the default 1, 2, 4, ..., n); the range against n is
+    checked by `run_eval` and `compare`."""
+    from exploration_trl.metrics.passk import parse_ks
+
+    return parse_ks(
+        text, error=EvalError,
+        not_integers="--k expects a comma-separated list of integers such as 1,2,4,8, got {ks!r}",
+        empty="--k values must be positive integers, got {ks!r}",
+        too_small="--k values must be positive integers, got {ks!r}",
+    )
 
 
 def add_eval_parser(subparsers) -> argparse.ArgumentParser:
@@ -144,7 +144,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_p=args.top_p,
         max_tokens=args.max_tokens,
-        ks=parse_ks(args.k),
+        ks=parse_k_option(args.k),
         output_dir=args.output_dir,
         limit=args.limit,
         batch_size=args.batch_size,
@@ -188,5 +188,5 @@ def run_compare_command(args: argparse.Namespace) -> int:
     if not getattr(args, "mixed_benchmarks", False):
         check_same_benchmark(args.results)
 
-    print(compare(args.results, ks=parse_ks(args.k), out_png=args.plot))
+    print(compare(args.results, ks=parse_k_option(args.k), out_png=args.plot))
     return 0

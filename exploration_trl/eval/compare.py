@@ -62,7 +62,7 @@ def compare(
         EvalError: a file is missing or is not a ``results.json``; a bad k.
     """
     from exploration_trl.eval.results import load_results
-    from exploration_trl.metrics import default_ks, pass_at_k_curve
+    from exploration_trl.metrics import parse_ks, pass_at_k_curve
 
     if isinstance(results_paths, (str, Path)):
         results_paths = [results_paths]
@@ -70,19 +70,9 @@ def compare(
         raise EvalError("compare: give at least one results.json")
     runs = [load_results(p) for p in results_paths]
     n_mins = [min(int(p["n"]) for p in r["problems"]) for r in runs]
-    if ks is None:
-        ks = default_ks(max(n_mins))
-    else:
-        if isinstance(ks, str):
-            ks = [x for x in ks.split(",") if x.strip()]
-        try:
-            ks = sorted({int(k) for k in ks})
-        except (TypeError, ValueError):
-            raise EvalError(f"k values must be integers, got {ks!r}") from None
-        if not ks or ks[0] < 1:
-            raise EvalError("k values must be positive integers")
-        if ks[-1] > max(n_mins):
-            raise EvalError(f"k={ks[-1]} exceeds the number of samples of every run (largest n = {max(n_mins)})")
+    ks = parse_ks(ks, max(n_mins), error=EvalError, empty="k values must be positive integers",
+                  too_small="k values must be positive integers",
+                  too_large="k={k} exceeds the number of samples of every run (largest n = {n})")
     labels = list(labels) if labels is not None else _labels(runs)
     if len(labels) != len(runs):
         raise EvalError(f"{len(labels)} labels for {len(runs)} results")

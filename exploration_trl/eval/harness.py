@@ -251,10 +251,10 @@ def summarize(
     """
     from exploration_trl.metrics import (
         avg_at_n,
-        default_ks,
         diversity_report,
         maj_at_n,
         mean_solution_multiplicity,
+        parse_ks,
         pass_at_k_curve,
     )
     from exploration_trl.metrics.solutions import math_answers_equivalent
@@ -264,7 +264,7 @@ def summarize(
     ns = [len(r["correct"]) for r in rows]
     cs = [int(sum(bool(x) for x in r["correct"])) for r in rows]
     n_min = min(ns)
-    ks = _check_ks(ks, n_min) if ks is not None else default_ks(n_min)
+    ks = parse_ks(ks, n_min, error=EvalError)  # None: 1, 2, 4, ..., n
     correct = [[bool(x) for x in r["correct"]] for r in rows]
     summary: dict[str, Any] = {
         "num_problems": len(rows),
@@ -321,21 +321,6 @@ def _diversity(rows, semantic: bool, diversity_report) -> dict[str, Any]:
     return out
 
 
-def _check_ks(ks, n: int) -> list[int]:
-    if isinstance(ks, str):
-        ks = [x for x in ks.split(",") if x.strip()]
-    try:
-        out = sorted({int(k) for k in ks})
-    except (TypeError, ValueError):
-        raise EvalError(f"k values must be integers, got {ks!r}") from None
-    if not out:
-        raise EvalError("no k values given")
-    bad = [k for k in out if k < 1 or k > n]
-    if bad:
-        raise EvalError(f"k={bad[0]} is out of range: pass@k needs 1 <= k <= n={n}")
-    return out
-
-
 # --------------------------------------------------------------------------------------------- main
 def run_eval(
     model: Any,
@@ -384,6 +369,7 @@ def run_eval(
 
     from exploration_trl.eval.generation import load_generator, resolve_backend
     from exploration_trl.rewards import get_reward
+    from exploration_trl.metrics.passk import parse_ks
 
     if int(n) < 1:
         raise EvalError(f"n must be >= 1, got {n}")
@@ -394,7 +380,7 @@ def run_eval(
     if int(max_tokens) < 1 or int(batch_size) < 1:
         raise EvalError("max_tokens and batch_size must be positive")
     n, max_tokens, batch_size, seed = int(n), int(max_tokens), int(batch_size), int(seed)
-    ks = _check_ks(ks, n) if ks is not None else None
+    ks = parse_ks(ks, n, error=EvalError) if ks is not None else None
 
     if isinstance(benchmark, Benchmark):
         bench = benchmark

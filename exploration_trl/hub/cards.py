@@ -240,6 +240,7 @@ def render_model_card(
     template: str | Path | None = None,
     outcome: Mapping | None = None,
     adapter_config: Mapping | None = None,
+    heldout_benchmark: str | None = None,
 ) -> RenderedCard:
     """Render the card for `output_dir` without writing anything (see :func:`write_model_card`)."""
     from huggingface_hub import ModelCard
@@ -272,8 +273,12 @@ def render_model_card(
     notes = outcome_notes(outcome)
 
     hp, still, versions, trainer_name = _training_record(method, training_args, state)
-    png, curves, summary = card_curves(output_dir, log_history, state.get("training_summary"))
     found = card_results(output_dir, results, base_model, state.get("results") or [])
+    # The held-out benchmark evaluated during training: its row of the table (the final evaluation) ends the
+    # training sentence's held-out pass@k.
+    heldout_benchmark = heldout_benchmark if heldout_benchmark is not None else state.get("heldout_benchmark")
+    final = next((r["pass_at_k"] for r in found if heldout_benchmark and r["benchmark"] == heldout_benchmark), None)
+    png, curves, summary = card_curves(output_dir, log_history, state.get("training_summary"), final)
 
     model_name = (repo_id.split("/")[-1] if repo_id else None) or output_dir.resolve().name
     if from_state and state.get("base_model_local"):
@@ -318,6 +323,7 @@ def render_model_card(
         "hyperparameters": hp,
         "versions": versions,
         "training_summary": summary,
+        "heldout_benchmark": heldout_benchmark,
         "outcome": outcome or None,
         "adapter_settings": lora or None,
         "results": [state_result(r, output_dir) for r in found],
@@ -375,6 +381,7 @@ def write_model_card(
     template: str | Path | None = None,
     outcome: Mapping | None = None,
     adapter_config: Mapping | None = None,
+    heldout_benchmark: str | None = None,
 ) -> Path:
     """Write or update `output_dir/README.md` (and `training_curves.png`); returns the card's path.
 
@@ -398,6 +405,9 @@ def write_model_card(
             that changed no weight, or whose reward never varied within a group, is said so in words.
         adapter_config: the PEFT config (a dict) of an adapter; default: the folder's `adapter_config.json`. Its
             rank, alpha, dropout and target modules are listed.
+        heldout_benchmark: the name of the benchmark evaluated during training (`eval_pass@k` in `log_history`; the
+            trainer's `heldout_benchmark`); its result in the table, the final evaluation, ends the training
+            sentence's held-out pass@k. Default: the one the card recorded.
 
     Every file is written atomically: a failure leaves the previous card in place.
     """
@@ -405,4 +415,5 @@ def write_model_card(
         output_dir, method=method, base_model=base_model, dataset=dataset, training_args=training_args,
         log_history=log_history, is_adapter=is_adapter, results=results, repo_id=repo_id,
         reward_funcs=reward_funcs, template=template, outcome=outcome, adapter_config=adapter_config,
+        heldout_benchmark=heldout_benchmark,
     ).write()

@@ -113,15 +113,19 @@ def _step(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def training_summary(log_history: Sequence[Mapping] | None) -> str | None:
+def training_summary(log_history: Sequence[Mapping] | None, final: Mapping[int, float] | None = None) -> str | None:
     """One sentence: the mean reward, token entropy and held-out pass@k (in %, as in the card's table) at the first
     and at the last step each was logged, every value with its step.
 
-    Each quantity names its own steps because they differ: held-out pass@k is logged only on evaluation steps (and
-    a final evaluation after training lands in the card's table, not here), so "first → last logged step" of the
-    run would misdate it."""
+    Each quantity names its own steps because they differ: held-out pass@k is logged only on evaluation steps, so
+    "first → last logged step" of the run would misdate it. `final` (`{k: pass@k}`) is the final evaluation of the
+    trained model on the held-out benchmark (the card's table's row): each held-out pass@k it has goes on to it, at
+    the last step of training, so the sentence ends where the table does."""
     entries = [e for e in log_history or [] if isinstance(e, Mapping) and isinstance(e.get("step"), (int, float))
                and not isinstance(e.get("step"), bool)]
+    if not entries:
+        return None
+    last = max(float(e["step"]) for e in entries)
     parts = []
     for key, label, fmt in (("reward", "mean reward", lambda v: f"{v:.3g}"),
                             ("entropy", "token entropy", lambda v: f"{v:.3g} nats"),
@@ -129,22 +133,29 @@ def training_summary(log_history: Sequence[Mapping] | None) -> str | None:
                               for k in heldout_keys(entries))):
         xs, ys = _series(entries, key)
         if len(ys) >= 2:
-            parts.append(f"{label} {fmt(ys[0])} at step {_step(xs[0])} → {fmt(ys[-1])} at step {_step(xs[-1])}")
+            part = f"{label} {fmt(ys[0])} at step {_step(xs[0])} → {fmt(ys[-1])} at step {_step(xs[-1])}"
         elif ys:
-            parts.append(f"{label} {fmt(ys[0])} at step {_step(xs[0])}")
+            part = f"{label} {fmt(ys[0])} at step {_step(xs[0])}"
+        else:
+            continue
+        k = int(key[len("eval_pass@"):]) if key.startswith("eval_pass@") else None
+        if k is not None and final and final.get(k) is not None:
+            part += f" → {fmt(float(final[k]))} at step {_step(last)} (final evaluation)"
+        parts.append(part)
     if not parts:
         return None
-    last = max(float(e["step"]) for e in entries)
     return f"During training ({_step(last)} steps): " + "; ".join(parts) + "."
 
 
 def card_curves(
-    output_dir: Path, log_history: Sequence[Mapping] | None, recorded_summary: str | None
+    output_dir: Path, log_history: Sequence[Mapping] | None, recorded_summary: str | None,
+    final: Mapping[int, float] | None = None,
 ) -> tuple[bytes | None, str | None, str | None]:
     """`(png to write or None, link for the card or None, training summary)`: from `log_history`, else from
-    `trainer_state.json` in the folder; without either, a PNG already in the folder and the recorded summary."""
+    `trainer_state.json` in the folder; without either, a PNG already in the folder and the recorded summary.
+    `final`: the held-out benchmark's final pass@k (see `training_summary`)."""
     history = log_history if log_history is not None else history_from_folder(output_dir)
     if history:
         png = plot_training_curves(history)
-        return png, CURVES_FILE if png is not None else None, training_summary(history)
+        return png, CURVES_FILE if png is not None else None, training_summary(history, final)
     return None, CURVES_FILE if (output_dir / CURVES_FILE).is_file() else None, recorded_summary

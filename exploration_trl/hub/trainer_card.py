@@ -75,6 +75,7 @@ def write_trainer_card(trainer: Any, output_dir: str | Path | None = None, datas
             repo_id=trainer.args.hub_model_id,
             outcome=trainer_outcome(trainer, info.get("weights_changed")),
             adapter_config=_adapter_config(trainer.model),
+            heldout_benchmark=getattr(getattr(trainer, "heldout_benchmark", None), "name", None),
         )
     except Exception as e:  # noqa: BLE001 - see the docstring
         logger.warning("could not write the model card in %s: %s", output_dir, str(e).splitlines()[0] if str(e) else e)

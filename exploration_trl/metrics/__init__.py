@@ -14,7 +14,7 @@ from exploration_trl.metrics.diversity import (
     self_bleu,
     semantic_cosine,
 )
-from exploration_trl.metrics.passk import avg_at_n, default_ks, maj_at_n, pass_at_k, pass_at_k_curve
+from exploration_trl.metrics.passk import avg_at_n, default_ks, maj_at_n, parse_ks, pass_at_k, pass_at_k_curve
 from exploration_trl.metrics.solutions import (
     default_normalize,
     mean_solution_multiplicity,
@@ -37,6 +37,7 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_curve",
     "default_ks",
+    "parse_ks",
     "avg_at_n",
     "maj_at_n",
     # support

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["pass_at_k", "pass_at_k_curve", "default_ks", "avg_at_n", "maj_at_n"]
+__all__ = ["pass_at_k", "pass_at_k_curve", "default_ks", "parse_ks", "avg_at_n", "maj_at_n"]
 
 
 def _as_int_array(x: Any, name: str) -> np.ndarray:
@@ -123,6 +123,57 @@ def default_ks(n: int) -> list[int]:
     if ks[-1] != n:
         ks.append(n)
     return ks
+
+
+def parse_ks(
+    ks: Any,
+    n: int | None = None,
+    *,
+    error: type[Exception] = ValueError,
+    not_integers: str = "k values must be integers, got {ks!r}",
+    empty: str = "no k values given",
+    too_small: str = "k={k} is out of range: pass@k needs 1 <= k <= n={n}",
+    too_large: str = "k={k} is out of range: pass@k needs 1 <= k <= n={n}",
+) -> list[int] | None:
+    """The k values of a pass@k table, the one parser of `eval`, `compare`, the eval CLI's ``--k`` and training's
+    ``eval_ks``: sorted, each once.
+
+    Args:
+        ks: a comma-separated string (``"1,2,4,64"``; blanks between commas are skipped), an iterable of integers
+            (or of integer strings, or of integral floats such as ``8.0``), or one integer. ``None`` gives the default
+            1, 2, 4, ..., ``n`` (:func:`default_ks`), or ``None`` when ``n`` is ``None``.
+        n: the largest k allowed (the samples per problem); ``None``: no upper bound.
+        error: the exception class raised (callers pass their own, e.g. ``EvalError``).
+        not_integers, empty, too_small, too_large: the one-line messages of each error, formatted with ``ks`` (the
+            value as given), ``k`` (the first k out of range) and ``n``: a value that is not an integer, no value at
+            all, a k below 1, a k above ``n``.
+
+    Raises:
+        error: with the matching message.
+    """
+    if ks is None:
+        return default_ks(n) if n is not None else None
+    given = ks
+    if isinstance(ks, str):
+        items = [x for x in ks.split(",") if x.strip()]
+    else:
+        items = [ks] if isinstance(ks, (int, np.integer)) else ks
+    out = set()
+    try:
+        for x in items:
+            if isinstance(x, bool) or (isinstance(x, float) and not x.is_integer()):
+                raise ValueError(x)
+            out.add(int(x))
+    except (TypeError, ValueError, OverflowError):
+        raise error(not_integers.format(ks=given, k=None, n=n)) from None
+    out = sorted(out)
+    if not out:
+        raise error(empty.format(ks=given, k=None, n=n))
+    if out[0] < 1:
+        raise error(too_small.format(ks=given, k=out[0], n=n))
+    if n is not None and out[-1] > n:
+        raise error(too_large.format(ks=given, k=next(k for k in out if k > n), n=n))
+    return out
 
 
 def pass_at_k_curve(n, c, ks: Iterable[int] | None = None) -> dict[int, float]:

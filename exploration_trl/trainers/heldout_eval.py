@@ -54,7 +54,7 @@ def check_heldout_config(args) -> None:
         return
     if int(args.eval_n) < 1:
         raise ValueError(f"eval_n is {args.eval_n} but must be >= 1: completions sampled per held-out problem")
-    ks = parse_ks(args.eval_ks, int(args.eval_n))
+    ks = parse_eval_ks(args.eval_ks, int(args.eval_n))
     args.eval_ks = ks
     if args.eval_num_problems is not None and int(args.eval_num_problems) < 1:
         raise ValueError(f"eval_num_problems is {args.eval_num_problems} but must be >= 1 (or null: all problems)")
@@ -67,22 +67,17 @@ def check_heldout_config(args) -> None:
         raise ValueError(f"eval_max_tokens is {args.eval_max_tokens} but must be >= 1 (null: max_completion_length)")
 
 
-def parse_ks(ks: Any, n: int) -> list[int]:
+def parse_eval_ks(ks: Any, n: int) -> list[int]:
     """`eval_ks` as a sorted list (a list, or a comma-separated string); default: 1, 2, 4, ..., n."""
-    from ..metrics import default_ks
+    from ..metrics import parse_ks
 
-    if ks is None:
-        return default_ks(n)
-    if isinstance(ks, str):
-        ks = [x for x in ks.split(",") if x.strip()]
-    try:
-        out = sorted({int(k) for k in ks})
-    except (TypeError, ValueError):
-        raise ValueError(f"eval_ks is {ks!r} but must be integers, e.g. [1, 8, 64]") from None
-    bad = [k for k in out if not 1 <= k <= n]
-    if not out or bad:
-        raise ValueError(f"eval_ks holds {bad[0] if bad else 'nothing'} but each k must satisfy 1 <= k <= eval_n={n}")
-    return out
+    return parse_ks(
+        ks, n,
+        not_integers="eval_ks is {ks!r} but must be integers, e.g. [1, 8, 64]",
+        empty="eval_ks holds nothing but each k must satisfy 1 <= k <= eval_n={n}",
+        too_small="eval_ks holds {k} but each k must satisfy 1 <= k <= eval_n={n}",
+        too_large="eval_ks holds {k} but each k must satisfy 1 <= k <= eval_n={n}",
+    )
 
 
 def passk_confidence_interval(ns: list[int], cs: list[int], k: int) -> tuple[float, float, float]:
@@ -193,7 +188,7 @@ class HeldoutEvalMixin:
 
         bench, args = self.heldout_benchmark, self.args
         n = int(getattr(args, "eval_n", 64) or 64)
-        ks = parse_ks(getattr(args, "eval_ks", None), n)
+        ks = parse_eval_ks(getattr(args, "eval_ks", None), n)
         temperature = getattr(args, "eval_temperature", None) or args.temperature
         top_p = float(getattr(args, "eval_top_p", 1.0))
         max_tokens = int(getattr(args, "eval_max_tokens", None) or args.max_completion_length)
