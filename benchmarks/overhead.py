@@ -76,6 +76,9 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
     dataset = Dataset.from_dict({"prompt": ["abc", "bca", "cab", "acb"] * 16})
 
     def reward(completions, **kw):
+        from exploration_trl.rewards import record_outcomes
+
+        record_outcomes("reward", [c[-1:] or None for c in completions])  # outcome_explore's final answers
         return [len(set(c)) / 32 for c in completions]
 
     cpu_times: list[float] = []

@@ -150,6 +150,9 @@ def trial(method: str, workload: dict, logging_steps: int, device: str, workdir:
     dataset = Dataset.from_dict({"prompt": _prompts(workload["prompt_chars"])})
 
     def reward(completions, **kwargs):
+        from exploration_trl.rewards import record_outcomes
+
+        record_outcomes("reward", [c[-1:] or None for c in completions])  # outcome_explore's final answers
         return [len(set(c)) / max(len(c), 1) for c in completions]
 
     steps = _step_callback(device)

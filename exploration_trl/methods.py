@@ -76,6 +76,9 @@ class MethodInfo:
     metric_prefixes: tuple[str, ...] = ()  #: prefixes of the metrics it logs, e.g. ("casp/",)
     coefficients: Mapping[str, int] = field(default_factory=dict)
     published: Mapping[str, Any] = field(default_factory=dict)  #: the paper's setting of its own keys
+    where: str = ""  #: where in the paper, for the methods table: "Eq. 4, Sec. 3.2, Alg. 1"
+    changes: str = ""  #: what it changes, for the methods table (Markdown; default: `description`)
+    knobs_note: str = ""  #: said after its keys in the methods table, e.g. where other presets live
 
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*")

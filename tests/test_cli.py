@@ -36,13 +36,14 @@ def test_unknown_method(tmp_path, capsys):
     msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, method="ppo")])
     assert msg == (
         "error: unknown method 'ppo'; choose one of: grpo, progrpo, dsgrpo, casp, kl_cov, clip_cov, passk, pkpo, "
-        "unlikely (or advantage+loss, e.g. progrpo+casp)"
+        "unlikely, maxrl, wreinforce, qae, entropy_adv, outcome_explore (or advantage+loss, e.g. progrpo+casp)"
     )
 
 
 def test_two_loss_side_methods(tmp_path, capsys):
     msg = run_error(capsys, ["train", "--config", write_yaml(tmp_path, method="casp+kl_cov")])
-    assert "at most one of progrpo, dsgrpo, passk, pkpo, unlikely and one of casp, kl_cov, clip_cov" in msg
+    assert ("at most one of progrpo, dsgrpo, passk, pkpo, unlikely, maxrl, wreinforce, qae, outcome_explore and one of "
+            "casp, kl_cov, clip_cov, entropy_adv") in msg
 
 
 def test_unknown_reward(tmp_path, capsys):

@@ -121,7 +121,7 @@ def test_site_builds_strictly(tmp_path):
     assert pages <= built, f"pages not built: {sorted(pages - built)}"
     methods = (site / "methods" / "index.html").read_text(encoding="utf-8")
     # the hook (docs/_hooks/table_pipes.py): GitHub's escaped pipe in a table's code span renders as a plain pipe
-    assert "<code>progrpo_baseline=prompt|group_mean</code>" in methods and "\\|" not in methods
+    assert "<code>A − γp·log π_old(y|x)</code>" in methods and "\\|" not in methods
     # mkdocs-material with navigation tabs, a copy button on code blocks and search
     config = json.loads(re.search(r'<script id="__config" type="application/json">(.*?)</script>', methods).group(1))
     assert {"content.code.copy", "navigation.tabs"} <= set(config["features"])

@@ -442,13 +442,14 @@ def test_every_method_shows_its_own_settings_on_the_card():
     the former `hub.tables.METHOD_PREFIXES` used to get an empty table: PKPO's card did not say its k; the prefixes
     are now in each method's record)."""
     from exploration_trl.hub.tables import extract_hyperparameters
+    from exploration_trl.methods import method_info
     from exploration_trl.trainers import METHODS, get_config_class
 
     for method in METHODS:
         if method == "grpo":
             continue
         config = get_config_class(method)(output_dir="unused", report_to=[])
-        prefix = {"dsgrpo": "ds_"}.get(method, method + "_")
+        prefix = method_info(method).config_prefixes  # e.g. ds_ for dsgrpo, outcome_ for outcome_explore
         own = sorted(f.name for f in dataclasses.fields(config) if f.name.startswith(prefix))
         shown = [key for key, _ in extract_hyperparameters(method, config)["method"]]
         assert own and set(own) <= set(shown), (method, own, shown)

@@ -74,6 +74,9 @@ _TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing
         "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "Shao et al., 2024",
         ["Zhihong Shao", "Peiyi Wang", "Qihao Zhu", "Runxin Xu", "Junxiao Song", "Xiao Bi", "Haowei Zhang",
          "Mingchuan Zhang", "Y. K. Li", "Y. Wu", "Daya Guo"], 2024, "2402.03300", "cs.CL"),
+    where="DeepSeekMath GRPO, as TRL 1.16",
+    changes="nothing: exactly TRL's `GRPOTrainer` (tested to 1e-6) plus exploration metrics",
+    knobs_note="TRL's",
 ))
 class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin,
                              ExplorationMetricsMixin, HeldoutEvalMixin, DivergenceMixin, GRPOTrainer):

@@ -64,6 +64,10 @@ class CaSPConfig(ExplorationGRPOConfig):
     config_prefixes=("casp_",), metric_prefixes=("casp/",),
     coefficients={"casp_alpha": 1, "casp_top1_penalty": 0},
     published={"casp_alpha": 0.01, "casp_entropy_quantile": 0.8, "casp_top_n": 3, "casp_top1_penalty": 1.1},
+    where="Eq. 4/5, App. A/E",
+    changes=("at forking tokens: positive gradient spread over the old policy's top-N candidates; a wrong rank-1 "
+             "sample penalised ×λ"),
+    knobs_note="(math; logic and code presets in `configs/methods/casp_qwen2.5-7b_{logic,code}.yaml`)",
 ))
 class CaSPTrainer(ExplorationGRPOTrainer):
     """Loss-side: replaces the sampled-token ratio by `core.casp_ratio` before TRL's clipped objective.

@@ -29,6 +29,10 @@ STILL = register_shaping(MethodInfo(
     config_prefixes=("ppl_shaping_", "position_bonus_"),
     coefficients={"ppl_shaping_alpha": 0, "position_bonus_gamma": 0},
     published={"ppl_shaping_alpha": 0.01, "position_bonus_gamma": 0.1},
+    where="Eq. 7/8/11/12",
+    changes=("perplexity-shaped advantages; a position bonus `γ·σ(d·m·(l − n))` rising along the response, switched "
+             "on at step 200 for 100 steps as in the report"),
+    knobs_note="(shapers off by default; the report's values: `ppl_shaping_alpha=0.01`, `position_bonus_gamma=0.1`)",
 ))
 
 #: `exploration_metrics_lambda` values: a token-weighted sample, or CaSP Eq. 2's per-response mean.

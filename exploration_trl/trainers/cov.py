@@ -78,6 +78,11 @@ class KLCovConfig(ExplorationGRPOConfig):
                 "and advantage, which would otherwise drive entropy collapse.",
     paper=ENTROPY_MECHANISM, config_prefixes=("kl_cov_",), metric_prefixes=("kl_cov/",),
     coefficients={"kl_cov_coef": 1, "kl_cov_ratio": 1}, published={"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
+    where="official code",
+    changes=("no ratio clipping; `coef·|logp − old|` on the top `ratio` tokens by log-prob/advantage covariance; **8 "
+             "optimizer updates per rollout** (the published recipes: 256 prompts, mini-batch 32), without which the "
+             "penalty has no gradient (a warning says so)"),
+    knobs_note="(and `steps_per_generation=8×grad_accum`)",
 ))
 class KLCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
     """Loss-side: adds the KL-Cov penalty as an extra per-token term, aggregated like TRL's loss."""
@@ -159,6 +164,11 @@ class ClipCovConfig(ExplorationGRPOConfig):
                 "collapse.",
     paper=ENTROPY_MECHANISM, config_prefixes=("clip_cov_",), metric_prefixes=("clip_cov/",),
     coefficients={"clip_cov_ratio": 1}, published={"clip_cov_ratio": 2e-4},
+    where="official code",
+    changes=("a random `ratio` fraction of tokens with covariance in (lb, ub) loses its gradient; both clip ratios 1 "
+             "(ratio range [0, 2]) as the recipes, the detaching replaces PPO clipping; a step that selects no token "
+             "is logged (`clip_cov/no_selection_frac`) and warned about once"),
+    knobs_note="(and `steps_per_generation=8×grad_accum`)",
 ))
 class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
     """Loss-side: detaches the selected tokens' log-probs, so TRL's clipped loss has zero gradient there."""

@@ -65,6 +65,9 @@ class DSGRPOConfig(ExplorationGRPOConfig):
         "2511.19942", "cs.LG"),
     config_prefixes=("ds_",), metric_prefixes=("dsgrpo/",),
     coefficients={"ds_gamma_p": 1, "ds_gamma_n": 0}, published={"ds_gamma_p": 0.01, "ds_gamma_n": 0.01},
+    where="Sec. 3.5/4.2, App. B.3",
+    changes=("entropy bonus on correct completions (`A − γp·log π_old(y|x)`), penalty on wrong ones (`A + γn·log "
+             "π_old(y|x)`), the trajectory's log-prob, one shift for all its tokens"),
 ))
 class DSGRPOTrainer(ExplorationGRPOTrainer):
     """Advantage-side: differential smoothing with the rollout policy's log-probabilities."""

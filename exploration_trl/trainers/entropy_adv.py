@@ -61,6 +61,9 @@ def _no_term(trainer, values: list[float]) -> str:
         2025, "2506.14758", "cs.CL"),
     config_prefixes=("entropy_adv_",), metric_prefixes=("entropy_adv/",),
     coefficients={"entropy_adv_alpha": 1}, published={"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
+    where="Eq. 4–6, Sec. 3.2",
+    changes=("every token's advantage `A + min(α·H_t, |A|/κ)`, `H_t` the current policy's token entropy from the "
+             "loss's own forward pass, detached; never flips a sign"),
 ))
 class EntropyAdvTrainer(ExplorationGRPOTrainer):
     """Loss-side: replaces the micro-batch's advantages by the per-token shaped ones (`core.entropy_shaped_advantages`)

@@ -223,6 +223,9 @@ class HeldoutEvalMixin:
         rows.sort(key=lambda r: r["index"])
         seconds = time.perf_counter() - started
         self.heldout_seconds.append(seconds)
+        # Correct samples per problem, in benchmark order: what a per-problem analysis needs (e.g. a bootstrap over
+        # problems), kept until the next evaluation.
+        self.heldout_correct_counts = [int(sum(bool(x) for x in r["correct"])) for r in rows]
         out = heldout_metrics(rows, ks, bench.answer_type, prefix)
         out[f"{prefix}_heldout_seconds"] = seconds
         return out

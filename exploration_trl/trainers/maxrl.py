@@ -59,6 +59,10 @@ def _zero_batches(trainer, values: list[float]) -> str:
          "Ruslan Salakhutdinov", "Haiwen Feng", "Andrea Zanette"], 2026, "2602.02710", "cs.LG"),
     config_prefixes=("maxrl_",), metric_prefixes=("maxrl/",),
     coefficients={}, published={"maxrl_eps": 1e-6},
+    where="Algorithm 1, Eq. 10, App. F",
+    changes=("binary-reward advantages normalised by the group's mean reward instead of its std, `A = (r − r̂)/(r̂ + "
+             "ε)`: correct `G/K − 1`, wrong `−1`, a group without a correct completion 0; correctness by "
+             "`correct_reward_threshold`"),
 ))
 class MaxRLTrainer(ExplorationGRPOTrainer):
     """Advantage-side: MaxRL's mean-normalised advantages from each group's correct count (`core.maxrl_advantages`)."""

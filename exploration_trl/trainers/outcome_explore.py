@@ -93,6 +93,10 @@ def _no_answers(trainer, values: list[float]) -> str:
     config_prefixes=("outcome_",), metric_prefixes=("outcome_explore/",),
     coefficients={"outcome_ucb_coef": 0, "outcome_batch_coef": 0},
     published={"outcome_ucb_coef": 0.2, "outcome_ucb_b0": 0.5, "outcome_batch_coef": 0.2},
+    where="Sec. 3 (no code public; choices in docs/methods.md)",
+    changes=("GRPO's advantage plus `c·(min(1, 1/√N(x,a)) − b0)` for final answers `a` seen N times so far for "
+             "prompt `x` (UCB-Con), and `−c_b·(1/G)·#(same answer in the group)`; answers from the reward's own "
+             "extraction"),
 ))
 class OutcomeExploreTrainer(ExplorationGRPOTrainer):
     """Advantage-side: GRPO's advantages plus the outcome bonuses (`core.outcome_ucb_bonus`,
@@ -147,7 +151,8 @@ class OutcomeExploreTrainer(ExplorationGRPOTrainer):
             return advantages
         n_local = batch.process_slice.stop - batch.process_slice.start
         prompts, answers = self._local_answers(n_local)
-        keys = self._gathered([(_stable_key(p), None if x is None else _stable_key(x)) for p, x in zip(prompts, answers)])
+        keys = self._gathered([(_stable_key(p), None if x is None else _stable_key(x))
+                               for p, x in zip(prompts, answers)])
         seen = [0 if x is None else self._outcome_counts.get(p, {}).get(x, 0) for p, x in keys]
         device = advantages.device
         has = torch.tensor([x is not None for _, x in keys], dtype=torch.bool).to(device, non_blocking=True)

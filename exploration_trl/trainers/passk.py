@@ -59,6 +59,11 @@ class PasskConfig(ExplorationGRPOConfig):
         "2508.10751"),
     config_prefixes=("passk_",), metric_prefixes=("passk/",),
     coefficients={"passk_k": 0}, published={"passk_k": 4},
+    where="the analytic derivation",
+    changes=("advantages of the pass@k objective: each completion gets the mean advantage of the k-subsets of its "
+             "group containing it, `A_pos = (1 − R)/σ`, `A_neg = (1 − R − C(N_neg−1, k−1)/C(N−1, k−1))/σ`, `R = 1 − "
+             "C(N_neg, k)/C(N, k)`, `σ = √(R(1−R))`; correctness by `correct_reward_threshold`"),
+    knobs_note="(k ≤ G; 1 is GRPO's objective), σ follows TRL's `scale_rewards` (`none` drops it)",
 ))
 class PasskTrainer(ExplorationGRPOTrainer):
     """Advantage-side: Pass@k Training's analytic advantages from each group's correct count."""
@@ -131,6 +136,9 @@ class PKPOConfig(ExplorationGRPOConfig):
         "Walder and Karkhanis, 2025", ["Christian Walder", "Deep Karkhanis"], 2025, "2505.15201"),
     config_prefixes=("pkpo_",), metric_prefixes=("pkpo/",),
     coefficients={"pkpo_k": 0}, published={"pkpo_k": 4},
+    where="Eq. 12/19/29/33",
+    changes=("the unbiased transform of the group's rewards whose gradient is pass@k's (max@k for graded rewards), "
+             "then TRL's normalisation"),
 ))
 class PKPOTrainer(ExplorationGRPOTrainer):
     """Advantage-side: PKPO's transformed rewards, normalised as TRL normalises rewards."""
@@ -192,6 +200,9 @@ class UnlikelyConfig(ExplorationGRPOConfig):
         ["Andre He", "Daniel Fried", "Sean Welleck"], 2025, "2506.02355"),
     config_prefixes=("unlikely_",), metric_prefixes=("unlikely/",),
     coefficients={"unlikely_beta": 1}, published={"unlikely_beta": 0.25},
+    where="Sec. 3",
+    changes=("a correct completion's reward × `1 − β·rank/G`, rank 0 for the group's least likely completion under "
+             "the rollout policy, then GRPO's normalisation"),
 ))
 class UnlikelyTrainer(ExplorationGRPOTrainer):
     """Advantage-side: the unlikeliness reward, ranked by the rollout policy's log-probabilities."""

@@ -85,6 +85,8 @@ class ProGRPOConfig(ExplorationGRPOConfig):
         ["Pengyi Li", "Elizaveta Goncharova", "Andrey Kuznetsov", "Ivan Oseledets"], 2026, "2602.05281"),
     config_prefixes=("progrpo_",), metric_prefixes=("progrpo/",),
     coefficients={"progrpo_alpha": 0}, published={"progrpo_alpha": 0.3},
+    where="Eq. 4, Sec. 3.2, Alg. 1",
+    changes="mixed-group advantages `A + α (c_ref − c_o)`, confidences over the 20% lowest-probability tokens",
 ))
 class ProGRPOTrainer(ExplorationGRPOTrainer):
     """Advantage-side: reweights mixed-group advantages by prompt vs answer confidence (`core.progrpo_advantages`)."""

@@ -63,6 +63,10 @@ def _zero_batches(trainer, values: list[float]) -> str:
         ["Junkang Wu", "Kexin Huang", "Jiancan Wu", "An Zhang", "Xiang Wang", "Xiangnan He"], 2025, "2509.22611"),
     config_prefixes=("qae_",), metric_prefixes=("qae/",),
     coefficients={"qae_k": 0}, published={"qae_k": 0.4},
+    where="Sec. 4",
+    changes=("GRPO with the group's K-quantile reward as the baseline instead of its mean, `A = (r − b_K)/(std + "
+             "eps)`: on binary rewards only the rare outcome of a group moves (`qae/zero_adv_frac` logs the share "
+             "left at 0)"),
 ))
 class QAETrainer(ExplorationGRPOTrainer):
     """Advantage-side: the K-quantile baseline on the batch's summed rewards (`core.quantile_advantages`)."""

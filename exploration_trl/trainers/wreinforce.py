@@ -61,14 +61,19 @@ def _zero_batches(trainer, values: list[float]) -> str:
                 "completions down-weighted by lambda, so that most of the learning signal lowers the probability of "
                 "wrong answers (negative sample reinforcement) and keeps the rest of the distribution.",
     paper=arxiv_paper(
-        "zhu2025negative", "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning", "Zhu et al., 2025",
+        "zhu2025negative", "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning",
+        "Zhu et al., 2025",
         ["Xinyu Zhu", "Mengzhou Xia", "Zhepei Wei", "Wei-Lin Chen", "Danqi Chen", "Yu Meng"], 2025, "2506.01347",
         "cs.LG"),
     config_prefixes=("wreinforce_",), metric_prefixes=("wreinforce/",),
     coefficients={"wreinforce_lambda": 0}, published={"wreinforce_lambda": 0.1, "wreinforce_mode": "weighted"},
+    where="Sec. 5 (PSR/NSR: Sec. 3)",
+    changes=("REINFORCE with +1/−1 rewards and no baseline, the correct completions weighted by λ: advantage `λ` "
+             "(correct) or `−1` (wrong); `psr` / `nsr` keep one side"),
 ))
 class WReinforceTrainer(ExplorationGRPOTrainer):
-    """Advantage-side: W-REINFORCE's constant advantages per correctness class (`core.weighted_reinforce_advantages`)."""
+    """Advantage-side: W-REINFORCE's constant advantages per correctness class
+    (`core.weighted_reinforce_advantages`)."""
 
     config_class = WReinforceConfig
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
