@@ -227,9 +227,14 @@ def test_combine_refuses_a_missing_result_and_a_later_protocol_commit(tmp_path):
 
 
 def test_the_test_and_the_settings_are_the_pre_registered_ones():
-    """The verdict code and the protocol YAMLs are byte for byte those of the pre-registration commit, so the
-    verdict is the test that was registered (reporting code may change; `analyse` and `verdict.py` may not)."""
+    """The protocol YAMLs are byte for byte those of the pre-registration commit, `analyse` is its source, and the
+    verdict code gives 0.7.0's published tests exactly: every effect, CI and p of docs/confirmatory.json recomputed
+    from the committed run records (reporting code may change; what `analyse` and `verdict.test` compute for these
+    settings may not). The verdict code itself has since gained the second protocol's options, whose defaults are
+    0.7.0's test."""
     import inspect
+
+    from exploration_trl.experiments.confirmatory import protocol, runner, verdict
 
     needs_history()
 
@@ -237,12 +242,24 @@ def test_the_test_and_the_settings_are_the_pre_registered_ones():
         return subprocess.run(["git", "show", f"9357c88:{path}"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout
 
-    for path in ("exploration_trl/experiments/confirmatory/verdict.py", "configs/confirmatory/countdown3.yaml",
-                 "configs/confirmatory/countdown4.yaml"):
+    for path in ("configs/confirmatory/countdown3.yaml", "configs/confirmatory/countdown4.yaml"):
         assert (ROOT / path).read_text() == at_protocol(path), f"{path} changed since the pre-registration"
     registered = at_protocol("exploration_trl/experiments/confirmatory/analysis.py")
     assert inspect.getsource(analysis.analyse) in registered
     assert inspect.getsource(analysis._points) in registered
+    published = json.loads((ROOT / "docs" / "confirmatory.json").read_text())
+    for setup in published["setups"]:
+        cfg = protocol.load(ROOT / "configs" / "confirmatory" / f"{setup['name']}.yaml")
+        records = runner.collect(ROOT / "confirmatory_state" / setup["name"])
+        base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
+        grpo = np.stack([analysis._points(records[(base["label"], sd)], sorted(base["steps"])) for sd in base["seeds"]])
+        boot = cfg["bootstrap"]
+        for t in setup["tests"]:
+            s = next(s for s in cfg["settings"] if s["label"] == t["label"])
+            m = np.stack([analysis._points(records[(s["label"], sd)], [t["checkpoint"]])[0] for sd in s["seeds"]])
+            r = verdict.test(grpo, m, resamples=int(boot["resamples"]), seed=int(boot["seed"]),
+                             correction=boot["correction"])
+            assert (r["effect"], r["ci"], r["p"]) == (t["effect"], t["ci"], t["p"]), (setup["name"], t["label"])
 
 
 def test_combine_writes_the_json_fills_the_pages_and_copies_the_plot(monkeypatch, tmp_path):

@@ -27,6 +27,7 @@ MAX_MODULE_LINES = 600
 LAYERS = (
     ("exploration_trl",),
     ("exploration_trl.errors", "exploration_trl.io_safety", "exploration_trl.methods", "exploration_trl.vllm_engine",
+     "exploration_trl._commit",
      "exploration_trl.deepspeed_import",
      "exploration_trl.toy", "exploration_trl.data", "exploration_trl.core"),
     ("exploration_trl.random_model",),  # a shipped architecture at random weights, with the toy's tokenizer

@@ -22,6 +22,11 @@ def register(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="A minutes-long smoke version (tiny model, data and budget).")
     p.add_argument("--only", default=None, help="Comma-separated `label:seed` runs to do now (default: all missing).")
     p.add_argument("--analyse-only", action="store_true", help="Run nothing; write the verdict if every run is done.")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="A second-protocol set-up (protocol_version: 2): run its runs N at a time, each in its own "
+                        "process, in the protocol's order; resumable (run the same command again).")
+    p.add_argument("--job", default=None, metavar="PHASE:LABEL:SEED",
+                   help="Run one run of a second-protocol set-up (what --parallel starts), e.g. confirm:grpo:100.")
     p.add_argument("--combine", nargs="+", default=None, metavar="DIR",
                    help="Write docs/confirmatory.json from these set-ups' output folders (with --protocol-commit).")
     p.add_argument("--protocol-commit", default=None)
@@ -99,7 +104,9 @@ def main_from_args(args) -> int:
         raise ValueError("confirm needs --config configs/confirmatory/<setup>.yaml (or --combine DIR ...)")
     cfg = protocol.load(args.config)
     if args.quick:
-        cfg = protocol.quick(cfg)
+        from . import protocol_v2
+
+        cfg = protocol_v2.quick(cfg, protocol.quick(cfg)) if protocol_v2.is_v2(cfg) else protocol.quick(cfg)
     output = Path(args.output or f"runs/confirmatory/{cfg['name']}")
     output.mkdir(parents=True, exist_ok=True)
     log = _log(output)
@@ -107,6 +114,10 @@ def main_from_args(args) -> int:
         from .generic import run_generic
 
         return run_generic(cfg, output, args, log)
+    from . import protocol_v2
+
+    if protocol_v2.is_v2(cfg):
+        return _second_protocol(args, cfg, output, log)
     planned = runner.plan(cfg)
     if args.only:
         wanted = {(lb, int(sd)) for lb, sd in (x.split(":") for x in args.only.split(","))}
@@ -142,6 +153,30 @@ def main_from_args(args) -> int:
     print(analysis.table(result))
     log(f"[confirm] {cfg['name']}: wrote {output / runner.RESULT_FILE}, {runner.TABLE_FILE}, {runner.PLOT_FILE}")
     return 0
+
+
+def _second_protocol(args, cfg: dict, output: Path, log) -> int:
+    """`protocol_version: 2`: one run (`--job`), the verdict (`--analyse-only`) or every run (`--parallel N`)."""
+    from . import analysis_v2, driver, runner
+
+    if args.job:
+        job = driver.parse_job(args.job, cfg, output)
+        _common.set_threads(1)
+        rec = runner.run_one(cfg, str(output), job["label"], job["seed"], log, job=job)
+        last = rec["rows"][-1]
+        log(f"[confirm] {cfg['name']}: {args.job} done: step {last['step']} pass@1 {100 * last['pass@1']:.1f} "
+            f"pass@n {100 * last['pass@n']:.1f} ({rec['seconds']:.0f} s)")
+        return 0
+    if args.analyse_only:
+        left = [driver.job_key(j) for j in driver.plan(cfg, output) if not driver.finished(output, j)]
+        if left:
+            log(f"[confirm] {cfg['name']}: {len(left)} runs not finished; no verdict yet")
+            return 0
+        analysis_v2.write_verdict(cfg, output, log)
+        return 0
+    if args.parallel < 1:
+        raise ValueError(f"--parallel is {args.parallel}; it must be at least 1")
+    return driver.run(args.config, cfg, output, args.parallel, log, quick=args.quick)
 
 
 def main(argv: list[str] | None = None) -> int:

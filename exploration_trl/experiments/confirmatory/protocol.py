@@ -1,5 +1,5 @@
-"""The pre-registered confirmatory protocol (issue 37; SPEC.md "Confirmatory verdict"): what runs, what is compared
-and how, fixed in this commit before any of its runs.
+"""The pre-registered confirmatory protocol (issue 37; docs/math.md, "The confirmatory verdict"): what runs, what is
+compared and how, fixed in this commit before any of its runs. The second protocol's additions: `protocol_v2.py`.
 
 A protocol is a YAML (`configs/confirmatory/<setup>.yaml`) of settings, seeds, steps, the compared checkpoints and
 the evaluation set; `load` reads and checks it. Two forms:
@@ -96,14 +96,17 @@ def load(path: str | Path) -> dict[str, Any]:
         for key in ("label", "method", "seeds", "steps"):
             if key not in s:
                 raise ValueError(f"--config {path}: setting {s.get('label')!r} has no '{key}'")
-        if s is not base and not set(cfg["checkpoints"]) <= set(s["steps"]):
+        compared = s.get("checkpoints") or cfg["checkpoints"]
+        if s is not base and not set(compared) <= set(s["steps"]):
             raise ValueError(f"--config {path}: setting {s['label']!r} steps {s['steps']} miss a checkpoint "
-                             f"of {cfg['checkpoints']}")
+                             f"of {compared}")
         if {0, 1, 2} & set(s["seeds"]) | {0, 1, 2} & set(s.get("null_seeds", [])):
             raise ValueError(f"--config {path}: setting {s['label']!r} uses an exploratory seed (0, 1, 2)")
     cfg.setdefault("bootstrap", {"resamples": 10000, "seed": 271828, "correction": "inflate_t"})
     cfg.setdefault("alpha", 0.05)
-    return cfg
+    from . import protocol_v2
+
+    return protocol_v2.check(cfg, path) if protocol_v2.is_v2(cfg) else cfg
 
 
 def quick(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -40,14 +40,16 @@ def settings_for(cfg: dict[str, Any], seed: int, steps: int):
 
 
 def split(cfg: dict[str, Any], output: Path) -> tuple[list[dict], list[dict], dict]:
-    """The set-up's `(train, heldout, info)`, cached in `<output>/split.json`."""
+    """The set-up's `(train, heldout, info)`, cached in `<output>/split.json` (a `selection` split, when the protocol
+    has one, is in `info["selection"]`)."""
     path = Path(output) / "split.json"
     if path.is_file():
         d = json.loads(path.read_text())
         return d["train"], d["heldout"], d["info"]
     s = settings_for(cfg, 0, 1)
     h = cfg["heldout"]
-    train, held, info = heldout_split.make_split(s.data, s.seed, h["salt"], float(h["share"]), int(h["num_problems"]))
+    train, held, info = heldout_split.make_split(s.data, s.seed, h["salt"], float(h["share"]), int(h["num_problems"]),
+                                                 selection=cfg.get("selection"))
     _common.write_json(path, {"train": train, "heldout": held, "info": info})
     return train, held, info
 
@@ -98,41 +100,58 @@ class Stopped(RuntimeError):
     """Raised by `run_one(stop_after=...)`: the run stops as a kill would, after a checkpoint (tests of resume)."""
 
 
+def job_paths(output: Path, job: dict[str, Any]) -> tuple[Path, Path]:
+    """`(checkpoint folder, record file)` of a run: `runs/<label>__seed<s>.json` for the confirmation,
+    `runs/selection/...` for the second protocol's selection runs."""
+    name = f"{job['label']}__seed{job['seed']}"
+    sub = ("selection",) if job.get("phase") == "selection" else ()
+    return Path(output, "ckpt", *sub, name), Path(output, "runs", *sub, f"{name}.json")
+
+
 def run_one(cfg: dict[str, Any], output: str, label: str, seed: int, log=print,
-            stop_after: int | None = None) -> dict[str, Any]:
+            stop_after: int | None = None, job: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train one (setting, seed) from the set-up's warm start, evaluating at the setting's steps; resumes from the
-    run's last checkpoint. Returns (and writes after every evaluation) the run's record. `stop_after` (tests): stop
-    once the checkpoint of that step is saved."""
+    run's last checkpoint. Returns (and writes after every evaluation) the run's record: each evaluation's pass@1 and
+    pass@n, and the correct count of every evaluated problem; the provenance of the code that ran. `job` (the second
+    protocol) gives the method, overrides, steps and phase instead of the setting named `label`; a selection job is
+    evaluated on the selection split. `stop_after` (tests): stop once the checkpoint of that step is saved."""
     from transformers import TrainerCallback
     from transformers.trainer_utils import get_last_checkpoint
 
     from ..countdown_tiny import rl as countdown_rl
+    from . import provenance
 
     output = Path(output)
-    setting = _setting(cfg, label)
-    steps = sorted({int(x) for x in setting["steps"]})
+    job = job or {**_setting(cfg, label), "seed": seed, "phase": "confirm"}
+    steps = sorted({int(x) for x in job["steps"]})
     folder, ws = warm_start(cfg, output, log)
-    train, held, _ = split(cfg, output)
+    train, held, info = split(cfg, output)
     s = settings_for(cfg, seed, max(steps))
-    bench = heldout_split.benchmark(held, f"{cfg['name']}_heldout")
-    name = f"{label}__seed{seed}"
-    run_dir, record_path = output / "ckpt" / name, output / "runs" / f"{name}.json"
+    if job.get("phase") == "selection":
+        bench = heldout_split.benchmark(heldout_split.selection_problems(info), f"{cfg['name']}_selection")
+    else:
+        bench = heldout_split.benchmark(held, f"{cfg['name']}_heldout")
+    run_dir, record_path = job_paths(output, {**job, "label": label, "seed": seed})
     last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
     previous = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    counts = {int(k): v for k, v in (previous.get("correct_counts") or {}).items()}
     started, restore = time.perf_counter(), _common.quiet_training_logs()
     box: dict[str, Any] = {}
     wanted = {x for x in steps if x > 0}
+    origin = provenance.current()
 
     def record(finished: bool) -> dict[str, Any]:
         trainer = box["trainer"]
-        rec = {"label": label, "method": setting["method"], "overrides": setting.get("overrides", {}), "seed": seed,
+        rec = {"label": label, "method": job["method"], "overrides": job.get("overrides") or {}, "seed": seed,
                "steps": steps, "finished": finished, "last_step": trainer.state.global_step,
                "rows": rows_of(trainer.state.log_history, s.eval.n_samples),
                "resumed_from": ([*previous.get("resumed_from", [])] + ([last] if last else [])),
                "seconds": previous.get("seconds_before", 0.0) + time.perf_counter() - started,
                "seconds_before": previous.get("seconds_before", 0.0),
                "diverged": trainer.divergence, "n_samples": s.eval.n_samples, "num_problems": len(bench.records),
-               "eval_seed": cfg["eval"]["seed"], "warm_start_checksum": ws["checksum"]}
+               "eval_seed": cfg["eval"]["seed"], "warm_start_checksum": ws["checksum"],
+               "phase": job.get("phase", "confirm"), "benchmark": bench.name, "provenance": origin,
+               "correct_counts": {str(k): v for k, v in sorted(counts.items())}}
         _common.write_json(record_path, rec)
         return rec
 
@@ -143,6 +162,9 @@ def run_one(cfg: dict[str, Any], output: str, label: str, seed: int, log=print,
             return control
 
         def on_evaluate(self, args, state, control, **kwargs):
+            per_problem = getattr(box["trainer"], "heldout_correct_counts", None)
+            if per_problem is not None:
+                counts[int(state.global_step)] = per_problem
             record(finished=False)
 
         def on_save(self, args, state, control, **kwargs):
@@ -152,8 +174,8 @@ def run_one(cfg: dict[str, Any], output: str, label: str, seed: int, log=print,
     if previous:
         previous["seconds_before"] = previous.get("seconds", 0.0)
     try:
-        trainer, _ = countdown_rl.build_rl_trainer(setting["method"], s, folder, train, run_dir,
-                                                   setting.get("overrides") or {}, callbacks=[SaveAndRecord()])
+        trainer, _ = countdown_rl.build_rl_trainer(job["method"], s, folder, train, run_dir,
+                                                   job.get("overrides") or {}, callbacks=[SaveAndRecord()])
         trainer.args.save_total_limit = 1
         trainer.args.eval_seed = int(cfg["eval"]["seed"])
         box["trainer"] = trainer
@@ -185,9 +207,12 @@ def plan(cfg: dict[str, Any]) -> list[tuple[str, int]]:
     return out
 
 
-def collect(output: Path) -> dict[tuple[str, int], dict]:
+def collect(output: Path, phase: str = "confirm") -> dict[tuple[str, int], dict]:
+    """`{(label, seed): record}` of the runs written so far (`phase="selection"`: the second protocol's selection
+    runs)."""
     out = {}
-    for p in sorted((Path(output) / "runs").glob("*__seed*.json")):
+    folder = Path(output) / "runs" / ("selection" if phase == "selection" else "")
+    for p in sorted(folder.glob("*__seed*.json")):
         rec = json.loads(p.read_text())
         out[(rec["label"], rec["seed"])] = rec
     return out

@@ -1,5 +1,5 @@
-"""The confirmatory test (SPEC.md, "Confirmatory verdict"): a method's distance to GRPO's trajectory at the same
-pass@1, a seed-level bootstrap over both arms, a one-sided p and Holm's step-down correction.
+"""The confirmatory test (docs/math.md, "The confirmatory verdict"): a method's distance to GRPO's trajectory at the
+same pass@1, a seed-level bootstrap over both arms, a one-sided p and Holm's step-down correction.
 
 Data: GRPO's runs as an array `(seeds, checkpoints, 2)` of `(pass@1, pass@64)` (every GRPO seed evaluated at the
 same steps); a method at one named checkpoint as `(seeds, 2)`.
@@ -12,7 +12,8 @@ same steps); a method at one named checkpoint as `(seeds, 2)`.
   With 5 seeds per arm the plain percentile bootstrap is anti-conservative (a resampled mean varies by
   `(n-1)/n` of the sample variance, and its tails are normal where a 5 + 5 seed comparison has Student tails):
   every seed's deviation from its arm's mean is first scaled by `sqrt(n/(n-1))` (the resampled means' variance
-  becomes the unbiased one) times `t_{min(n_g, n_m)-1}(0.95) / z(0.95)` (Welch's conservative degrees of freedom) (`CORRECTION = "inflate_t"`). The null
+  becomes the unbiased one) times `t_{min(n_g, n_m)-1}(0.95) / z(0.95)` (Welch's conservative degrees of freedom)
+  (`CORRECTION = "inflate_t"`). The null
   simulation (`null_false_positive_rate`) chose it: with the exploratory seed noise, `none` and `inflate` alone
   exceed 5% at the final checkpoint (numbers in `protocol.py`).
 * The one-sided p is the share of resampled effects `<= 0`; a resample in which a method seed falls outside the
@@ -28,6 +29,13 @@ import numpy as np
 
 CORRECTIONS = ("none", "inflate", "inflate_t")
 CORRECTION = "inflate_t"
+#: How the effect reads GRPO's curve: at each method seed's pass@1, averaging the seeds' distances (`per_seed`, the
+#: 0.7.0 protocol), or once, at the seeds' mean pass@1, against their mean pass@n (`mean_point`, the second
+#: protocol). The piecewise-linear curve bends at GRPO's checkpoints, so averaging it over the seeds' scattered pass@1
+#: is biased where it bends (by about the change of slope times the pass@1 spread / sqrt(2 pi) at a bend): a GRPO
+#: seed compared with GRPO at one of GRPO's own checkpoints sits exactly on a bend. `calibration.py` measures it.
+ESTIMATORS = ("per_seed", "mean_point")
+ESTIMATOR = "per_seed"
 
 
 def curve(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +65,7 @@ def t_factor(df: int, level: float = 0.95) -> float:
     return float(stats.t.ppf(level, df) / stats.norm.ppf(level))
 
 
-def _inflate(values: np.ndarray, correction: str, df: int) -> np.ndarray:
+def _inflate(values: np.ndarray, correction: str, df: int, spread: float = 1.0) -> np.ndarray:
     """Each seed's deviation from the arm's mean scaled by `sqrt(n/(n-1))` (`inflate`), times `t_factor(df)`
     (`inflate_t`), or unchanged (`none`)."""
     if correction not in CORRECTIONS:
@@ -65,7 +73,7 @@ def _inflate(values: np.ndarray, correction: str, df: int) -> np.ndarray:
     n = values.shape[0]
     if correction == "none" or n < 2:
         return values
-    scale = np.sqrt(n / (n - 1)) * (t_factor(df) if correction == "inflate_t" else 1.0)
+    scale = np.sqrt(n / (n - 1)) * (t_factor(df) if correction == "inflate_t" else 1.0) * spread
     mean = values.mean(axis=0, keepdims=True)
     return mean + (values - mean) * scale
 
@@ -85,14 +93,25 @@ def _batched_read(xs: np.ndarray, ys: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(outside, np.nan, out)
 
 
+def point_effect(grpo: np.ndarray, method: np.ndarray) -> float:
+    """`mean pass@n - f_GRPO(mean pass@1)` of the method's seeds (NaN outside GRPO's pass@1 range)."""
+    x, y = curve(np.asarray(grpo, float).mean(axis=0))
+    m = np.asarray(method, float).mean(axis=0)
+    return float(m[1] - read_curve(x, y, np.array([m[0]]))[0])
+
+
 def bootstrap_effects(grpo: np.ndarray, method: np.ndarray, resamples: int, seed: int,
-                      correction: str = CORRECTION) -> np.ndarray:
-    """Resampled effects `(resamples,)`; NaN where a method seed fell outside the rebuilt curve."""
+                      correction: str = CORRECTION, estimator: str = ESTIMATOR, spread: float = 1.0) -> np.ndarray:
+    """Resampled effects `(resamples,)`; NaN where a method seed (`per_seed`), or the seeds' mean pass@1
+    (`mean_point`), fell outside the rebuilt curve. `spread` widens every seed's deviation from its arm's mean once
+    more (1: as `correction` says; the second protocol calibrates it on GRPO's null, `calibration.py`)."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator is {estimator!r} but must be one of {ESTIMATORS}")
     rng = np.random.default_rng(seed)
     n_g, n_m = np.shape(grpo)[0], np.shape(method)[0]
     df = max(1, min(n_g, n_m) - 1)  # the conservative bound on Welch's degrees of freedom
-    g = _inflate(np.asarray(grpo, float), correction, df)
-    m = _inflate(np.asarray(method, float), correction, df)
+    g = _inflate(np.asarray(grpo, float), correction, df, spread)
+    m = _inflate(np.asarray(method, float), correction, df, spread)
     gi = rng.integers(0, n_g, size=(resamples, n_g))
     mi = rng.integers(0, n_m, size=(resamples, n_m))
     means = g[gi].mean(axis=1)  # (B, K, 2)
@@ -100,25 +119,37 @@ def bootstrap_effects(grpo: np.ndarray, method: np.ndarray, resamples: int, seed
     xs = np.take_along_axis(means[:, :, 0], order, 1)
     ys = np.take_along_axis(means[:, :, 1], order, 1)
     pts = m[mi]  # (B, n_m, 2)
+    if estimator == "mean_point":
+        centre = pts.mean(axis=1)  # (B, 2)
+        return centre[:, 1] - _batched_read(xs, ys, centre[:, :1])[:, 0]
     d = pts[:, :, 1] - _batched_read(xs, ys, pts[:, :, 0])
     return d.mean(axis=1)  # NaN propagates: any seed outside -> NaN
 
 
 def test(grpo: np.ndarray, method: np.ndarray, resamples: int = 10_000, seed: int = 0,
-         correction: str = CORRECTION, level: float = 0.95) -> dict[str, Any]:
-    """`{effect, ci, p, distances, outside_resamples, reason}` of one (setting, checkpoint)."""
+         correction: str = CORRECTION, level: float = 0.95, estimator: str = ESTIMATOR,
+         spread: float = 1.0) -> dict[str, Any]:
+    """`{effect, ci, p, distances, outside_resamples, reason}` of one (setting, checkpoint). `estimator="mean_point"`
+    adds `effect_per_seed`, the mean of the seeds' distances, beside its effect."""
     d = distances(grpo, method)
     base = {"distances": [None if np.isnan(v) else float(v) for v in d], "resamples": resamples,
             "bootstrap_seed": seed, "correction": correction}
-    if np.isnan(d).any():
-        return {**base, "effect": None, "ci": None, "p": None, "outside_resamples": None,
-                "reason": "a seed's pass@1 is outside GRPO's pass@1 range (no extrapolation)"}
-    eff = bootstrap_effects(grpo, method, resamples, seed, correction)
+    if estimator == "mean_point":
+        effect = point_effect(grpo, method)
+        base.update(estimator=estimator, effect_per_seed=None if np.isnan(d).any() else float(d.mean()))
+        outside = np.isnan(effect)
+        why = "the seeds' mean pass@1 is outside GRPO's pass@1 range (no extrapolation)"
+    else:
+        effect, outside = (float(d.mean()) if not np.isnan(d).any() else None), bool(np.isnan(d).any())
+        why = "a seed's pass@1 is outside GRPO's pass@1 range (no extrapolation)"
+    if outside:
+        return {**base, "effect": None, "ci": None, "p": None, "outside_resamples": None, "reason": why}
+    eff = bootstrap_effects(grpo, method, resamples, seed, correction, estimator, spread)
     outside = np.isnan(eff)
     p = float((outside | (np.nan_to_num(eff, nan=-1.0) <= 0)).mean())
     valid = np.where(outside, -1.0, eff)  # an outside resample counts at the lowest possible effect
     lo, hi = np.quantile(valid, [(1 - level) / 2, (1 + level) / 2])
-    return {**base, "effect": float(d.mean()), "ci": [float(lo), float(hi)], "p": p,
+    return {**base, "effect": float(effect), "ci": [float(lo), float(hi)], "p": p,
             "outside_resamples": float(outside.mean()), "reason": None}
 
 
