@@ -55,7 +55,8 @@ def half_right(completions, **kwargs):
     ("maxrl", {}, lambda r, g: estimators.maxrl_advantages(r > 0, g)),
     ("wreinforce", {"wreinforce_lambda": 0.3},
      lambda r, g: estimators.weighted_reinforce_advantages(r > 0, positive_weight=0.3)),
-    ("wreinforce", {"wreinforce_mode": "nsr"}, lambda r, g: estimators.weighted_reinforce_advantages(r > 0, mode="nsr")),
+    ("wreinforce", {"wreinforce_mode": "nsr"},
+     lambda r, g: estimators.weighted_reinforce_advantages(r > 0, mode="nsr")),
     ("qae", {"qae_k": 0.6}, lambda r, g: estimators.quantile_advantages(r, g, k=0.6)),
 ])
 def test_advantages_are_the_core_function_of_the_batch(method, options, expected, ckpt, tmp_path):

@@ -181,13 +181,28 @@ def environment() -> dict[str, Any]:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:  # pragma: no cover
             out[pkg] = None
+    out["cpu"] = _cpu_model()
     try:
         import torch
 
         out["torch_threads"] = torch.get_num_threads()
+        # The kernels torch dispatches to: results on a CPU differ from machine to machine (docs/demo_spread.json).
+        out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     except ImportError:  # pragma: no cover
         pass
     return out
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 class Timer:
