@@ -12,6 +12,7 @@ there instead of "is it installed?" changes no answer. No environment variable o
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 
 def import_deepspeed_only_when_used() -> None:
@@ -32,3 +33,21 @@ def import_deepspeed_only_when_used() -> None:
 
     imported.only_when_imported = True
     other.is_deepspeed_available = imported
+
+
+@contextmanager
+def deepspeed_only_when_imported():
+    """`import_deepspeed_only_when_used` for the duration of a call, then accelerate's own check again: the trainer
+    scopes it to `train` and `save_model`, the calls that unwrap (and so save) the model, instead of patching the
+    process while it is being built. A process that already switched (the CLI does, for the whole run) keeps it."""
+    try:
+        from accelerate.utils import other
+    except ImportError:
+        yield
+        return
+    original = other.is_deepspeed_available
+    import_deepspeed_only_when_used()
+    try:
+        yield
+    finally:
+        other.is_deepspeed_available = original

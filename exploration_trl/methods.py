@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "SIDES", "MethodInfo", "Paper", "arxiv_paper", "register_method", "register_shaping", "unregister",
+    "SIDES", "MethodInfo", "Paper", "arxiv_paper", "register_method", "register_shaping", "unregister", "bind_trainer",
+    "strategy_of", "trainer_class",
     "METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "method_info", "method_infos", "parse_method", "trainer_name",
     "base_method", "shapings", "registered_papers",
 ]
@@ -82,8 +83,11 @@ class MethodInfo:
 
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
-_METHODS: dict[str, tuple[MethodInfo, type]] = {}  # in registration order
+_METHODS: dict[str, tuple[MethodInfo, type]] = {}  # name -> (record, strategy or trainer class), in registration order
+_TRAINERS: dict[str, type] = {}  # name -> its public trainer class
 _SHAPINGS: dict[str, MethodInfo] = {}
+#: Builds the thin trainer class of a strategy that no class binds (set by `exploration_trl.trainers`).
+_TRAINER_FACTORY = None
 
 
 _OWNERS: dict[str, str] = {}  # name -> what registered it ("module.Class", or "shaping")
@@ -100,11 +104,14 @@ def _claim(name: str, owner: str) -> None:
 
 
 def register_method(info: MethodInfo):
-    """Class decorator: register the trainer class (its `config_class` is the config) under `info.name`.
+    """Class decorator: register a method under `info.name`.
 
-    It sets the class's `method_name` and, for an advantage- or loss-side method, its `hook = (side, name)` (the
-    hook that must run on every step, see `ExplorationGRPOTrainer._expected_hooks`). Registering the same class again
-    (a reloaded module) replaces the record.
+    The class is the method's strategy (`trainers.strategy.Strategy`: its `config_class`, what it needs and its
+    hooks); `register_method` gives it its record, name and side. Its public trainer (a thin `ExplorationGRPOTrainer`
+    subclass that binds it, `method = "<name>"`) registers itself when its class is defined (`bind_trainer`).
+    A trainer class may be registered directly too (the 0.7 form: an `ExplorationGRPOTrainer` subclass overriding a
+    hook, with its `config_class`); it then gets `method_name` and, for an advantage- or loss-side method, its
+    `hook = (side, name)`. Registering the same class again (a reloaded module) replaces the record.
     """
     if info.side not in SIDES:
         raise ValueError(f"method {info.name!r}: side is {info.side!r}; choose one of {', '.join(SIDES)}")
@@ -114,13 +121,32 @@ def register_method(info: MethodInfo):
             raise ValueError(f"method {info.name!r}: {cls.__name__} has no `config_class`; set it to the method's "
                              "config dataclass")
         _claim(info.name, f"{cls.__module__}.{cls.__qualname__}")
-        cls.method_name = info.name
-        if info.side != "none":
-            cls.hook = (info.side, info.name)
+        if getattr(cls, "is_strategy", False):
+            cls.info, cls.name, cls.side = info, info.name, info.side
+        else:  # a trainer class registered directly
+            cls.method_name = info.name
+            if info.side != "none":
+                cls.hook = (info.side, info.name)
+            _TRAINERS[info.name] = cls
         _METHODS[info.name] = (info, cls)
         return cls
 
     return decorate
+
+
+def bind_trainer(name: str, cls: type) -> None:
+    """Record `cls` as the public trainer of the registered strategy `name` (done by the class's definition: an
+    `ExplorationGRPOTrainer` subclass with `method = "<name>"`)."""
+    if name not in _METHODS:
+        raise ValueError(f"{cls.__name__} binds method {name!r}, which is not registered; register its strategy "
+                         "(@register_method) before the trainer class")
+    _TRAINERS[name] = cls
+
+
+def strategy_of(name: str) -> type | None:
+    """The strategy class of a registered method (None for a trainer class registered directly, and for GRPO)."""
+    obj = _METHODS[name][1]
+    return obj if getattr(obj, "is_strategy", False) else None
 
 
 def register_shaping(info: MethodInfo) -> MethodInfo:
@@ -136,8 +162,18 @@ def register_shaping(info: MethodInfo) -> MethodInfo:
 def unregister(name: str) -> None:
     """Remove a method (or shaping) from the registry: for tests and notebooks that register a throwaway one."""
     _METHODS.pop(name, None)
+    _TRAINERS.pop(name, None)
     _SHAPINGS.pop(name, None)
     _OWNERS.pop(name, None)
+
+
+def trainer_class(name: str) -> type:
+    """The public trainer class of a registered method (a strategy that no class binds gets a thin one)."""
+    if name not in _TRAINERS:
+        if _TRAINER_FACTORY is None:
+            raise ValueError(f"method {name!r} has no trainer class; import exploration_trl.trainers first")
+        _TRAINERS[name] = _TRAINER_FACTORY(name)
+    return _TRAINERS[name]
 
 
 # ---------------------------------------------------------------------------------------------- reading it
@@ -145,8 +181,8 @@ class _Methods(Mapping):
     """`{name: (trainer class, config class)}` of the registered methods, in registration order; always current."""
 
     def __getitem__(self, name: str) -> tuple[type, type]:
-        cls = _METHODS[name][1]
-        return cls, cls.config_class
+        obj = _METHODS[name][1]
+        return trainer_class(name), obj.config_class
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(_METHODS))
@@ -230,21 +266,31 @@ def method_info(name: str) -> MethodInfo:
     return _METHODS[name][0]
 
 
-def method_infos(method: str | None) -> list[MethodInfo]:
+def method_infos(method: str | Sequence[MethodInfo] | None) -> list[MethodInfo]:
     """The records of a method string's parts, in canonical order: `'casp+progrpo'` -> [ProGRPO's, CaSP's];
-    None is the base method."""
+    None is the base method. Records already looked up are returned as they are, so that a caller that reads the
+    method in several places (a model card) parses its string once."""
     if method is None:
         return [base_method()]
+    if not isinstance(method, str):
+        return list(method)
     return [_METHODS[p][0] for p in parse_method(method)]
 
 
-def trainer_name(method: str) -> str:
-    """The trainer class name of `method`; a composition joins its parts' names (`ProGRPOCaSPTrainer`), as
-    `trainers.registry` names the composed class."""
-    classes = [_METHODS[p][1] for p in parse_method(method)]
-    if len(classes) == 1:
-        return classes[0].__name__
-    return "".join(c.__name__.removesuffix("Trainer") for c in classes) + "Trainer"
+def trainer_name(method: str | Sequence[MethodInfo]) -> str:
+    """The trainer class name of `method` (a string, or its records from `method_infos`); a composition joins its
+    parts' names (`ProGRPOCaSPTrainer`), as `trainers.registry` names the composed class."""
+    names = [_name_of(info.name) for info in method_infos(method)]
+    if len(names) == 1:
+        return names[0]
+    return "".join(n.removesuffix("Trainer") for n in names) + "Trainer"
+
+
+def _name_of(name: str) -> str:
+    if name in _TRAINERS:
+        return _TRAINERS[name].__name__
+    obj = _METHODS[name][1]
+    return obj.__name__ if obj.__name__.endswith("Trainer") else f"{obj.__name__}Trainer"
 
 
 def base_method() -> MethodInfo:

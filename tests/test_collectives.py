@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 from exploration_trl.ops.hashing import stream, unique_keys
 from exploration_trl.trainers._collectives import gather_rows, pad_to
-from exploration_trl.trainers.cov_global import GlobalCovSelectionMixin
+from exploration_trl.trainers import cov_global as GlobalCovSelectionMixin
 
 
 def _free_port() -> int:

@@ -271,3 +271,32 @@ def test_trl_vllm_behaviours_the_cpu_support_relies_on():
     rollout = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     assert "if sampling_per_token_logps is not None:" in rollout
     assert 'output["sampling_per_token_logps"] = sampling_per_token_logps' in rollout
+
+
+def test_every_private_name_the_adapter_uses_exists_in_this_trl(ckpt, tmp_path):
+    """`trainers/base.py` is the one module that touches TRL's and transformers' private names (issue 45): each one
+    it reads, calls or overrides exists in the installed TRL, on a built trainer or on TRL's vLLM engine, and the
+    accessors return what the components expect of them."""
+    import ast
+    import collections
+    from pathlib import Path
+
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    import exploration_trl.trainers.base as base
+
+    ours = {name for cls in (base.ExplorationGRPOTrainer,) for name in vars(cls)}
+    own_state = {"_capture", "_ds_replay", "_loss_inputs", "_loss_state", "_ran_hooks", "_given_once", "_divergence"}
+    used = {node.attr for node in ast.walk(ast.parse(Path(base.__file__).read_text()))
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")}
+    theirs = used - own_state - {n for n in ours if n not in vars(GRPOTrainer) and not hasattr(GRPOTrainer, n)}
+    trainer = make_trainer(ckpt, tmp_path)
+    missing = [n for n in sorted(theirs) if not (hasattr(trainer, n) or hasattr(VLLMGeneration, n)
+                                                 or n in inspect.getsource(VLLMGeneration))]
+    assert missing == []
+    # The shapes the accessors hand on.
+    assert isinstance(trainer.metrics_window("train"), collections.defaultdict)
+    assert trainer.rollout_buffer() == (0, None)
+    assert isinstance(trainer.extra_log_columns(), collections.defaultdict) and trainer.is_vision_language() is False
+    batch = next(iter(trainer.training_dataloader(trainer.dynamic_sampling.refill_sampler)))
+    assert len(batch) == trainer.args.generation_batch_size  # one generation batch per draw, as TRL's loader

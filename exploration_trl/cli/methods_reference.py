@@ -64,8 +64,9 @@ def table() -> str:
 
 
 def api() -> str:
-    """One `:::` section per registered method (its config and trainer), for mkdocstrings."""
-    from ..methods import METHODS, method_info
+    """One `:::` section per registered method (its config, its strategy with its hooks, its trainer), for
+    mkdocstrings."""
+    from ..methods import METHODS, method_info, strategy_of
     from ..trainers import ExplorationGRPOTrainer
 
     out = []
@@ -73,9 +74,13 @@ def api() -> str:
         if trainer is ExplorationGRPOTrainer:
             continue
         out += [f"### {method_info(name).display}", ""]
-        for cls in (config, trainer):
+        strategy = strategy_of(name)
+        for cls in (config, strategy, trainer):
+            if cls is None:
+                continue
+            members = "[advantages, transform_logps, extra_loss]" if cls is strategy else "false"
             out += [f"::: {cls.__module__}.{cls.__qualname__}", "    options:", "      heading_level: 4",
-                    "      members: false", ""]
+                    f"      members: {members}", ""]
     return "\n".join(out)
 
 

@@ -30,7 +30,7 @@ from exploration_trl.eval.model_source import looks_local
 from exploration_trl.eval.results import write_atomic
 
 from .. import PROJECT_URL
-from ..methods import METHODS, method_infos, parse_method, shapings, trainer_name
+from ..methods import METHODS, method_infos, shapings, trainer_name
 from .card_data import (
     adapter_settings,
     adapter_type,
@@ -117,15 +117,15 @@ def _mentions(dataset: Any, word: str) -> bool:
     return any(word in str(n).lower() for n in names)
 
 
-def _training_record(method: str, training_args: Any, state: Mapping) -> tuple[dict, bool, list, str]:
+def _training_record(infos: list | None, training_args: Any, state: Mapping) -> tuple[dict, bool, list, str]:
     """`(hyperparameters, STILL on, framework versions, trainer name)`: from this call's config, else as recorded
-    when the card was first written."""
+    when the card was first written. `infos`: the method's records (None: not registered in this process)."""
     if training_args is not None:
-        hp = extract_hyperparameters(method, training_args)
-        return hp, still_on(training_args), package_versions(), trainer_name(method)
+        hp = extract_hyperparameters(_need(infos), training_args)
+        return hp, still_on(training_args), package_versions(), trainer_name(_need(infos))
     hp = {k: [tuple(x) for x in v] for k, v in (state.get("hyperparameters") or {"method": [], "grpo": []}).items()}
     versions = [tuple(x) for x in state.get("versions") or package_versions()]
-    return hp, bool(state.get("still")), versions, state.get("trainer") or trainer_name(method)
+    return hp, bool(state.get("still")), versions, state.get("trainer") or trainer_name(_need(infos))
 
 
 def _recorded(method: str, state: Mapping) -> dict | None:
@@ -133,28 +133,33 @@ def _recorded(method: str, state: Mapping) -> dict | None:
     return state.get("method_section") if state.get("method") == method else None
 
 
-def _canonical_method(method: str, state: Mapping) -> str:
-    """`method` in canonical order (`casp+progrpo` -> `progrpo+casp`); a card's own method as it recorded it when
-    this process has not registered that method (see `_method_section`)."""
+def _parsed_method(method: str, state: Mapping) -> tuple[str, list | None]:
+    """`(method in canonical order, its records)`, the one parse of the method string a card makes (`casp+progrpo`
+    -> `progrpo+casp`); a card's own method as it recorded it, and no records, when this process has not registered
+    that method (see `_method_section`)."""
     try:
-        return "+".join(parse_method(method))
+        infos = method_infos(method)
     except ValueError:
         if _recorded(method, state):
-            return method
+            return method, None
         raise
+    return "+".join(info.name for info in infos), infos
 
 
-def _method_section(method: str, still: bool, state: Mapping) -> dict:
+def _need(infos: list | None) -> list:
+    if infos is None:  # only a card that recorded its method section gets here without records
+        raise ValueError("the card's method is not registered in this process; import the module that defines it")
+    return infos
+
+
+def _method_section(method: str, infos: list | None, still: bool, state: Mapping) -> dict:
     """What the card says about its method: the display name, the section's entries (name, description, paper),
     its tags and BibTeX, all from the method records (`exploration_trl.methods`). A process that has not imported the
     method's module (e.g. `write_model_card(output_dir)` alone, updating a card) uses what the card recorded."""
     recorded = _recorded(method, state)
-    if recorded and bool(state.get("still")) == still:
-        try:
-            method_infos(method)
-        except ValueError:
-            return recorded
-    infos = method_infos(method)
+    if recorded and bool(state.get("still")) == still and infos is None:
+        return recorded
+    infos = _need(infos)
     shown = infos + (shapings() if still else [])
     return {
         "display": " + ".join(info.display for info in infos),
@@ -162,7 +167,7 @@ def _method_section(method: str, still: bool, state: Mapping) -> dict:
                      "url": info.paper.url} for info in shown],
         "tags": [info.name for info in infos],
         "shaping_tags": [shaping.name for shaping in shapings()] if still else [],
-        "bibtex": bibtex_for(method, still=still),
+        "bibtex": bibtex_for(infos, still=still),
     }
 
 
@@ -256,7 +261,7 @@ def render_model_card(
             f"{readme} is not an exploration-trl model card yet, so the method is unknown; pass method= "
             "(or --method) and base_model= (or --base-model)"
         )
-    method = _canonical_method(method, state)
+    method, infos = _parsed_method(method, state)
     # The state names a local base model by its folder name only (`base_model_local`), never by its path.
     from_state = base_model is None and state.get("base_model") is not None
     base_model = base_model if base_model is not None else state.get("base_model")
@@ -272,7 +277,7 @@ def render_model_card(
     outcome = dict(outcome) if outcome is not None else dict(state.get("outcome") or {})
     notes = outcome_notes(outcome)
 
-    hp, still, versions, trainer_name = _training_record(method, training_args, state)
+    hp, still, versions, trainer_name = _training_record(infos, training_args, state)
     found = card_results(output_dir, results, base_model, state.get("results") or [])
     # The held-out benchmark evaluated during training: its row of the table (the final evaluation) ends the
     # training sentence's held-out pass@k.
@@ -289,7 +294,7 @@ def render_model_card(
     dataset_ids, dataset_display = resolve_dataset(dataset)
     shown_dir = _public_name(str(output_dir))  # commands in the card: no absolute local path
     load_id = repo_id or shown_dir
-    section = _method_section(method, still, state)
+    section = _method_section(method, infos, still, state)
     previous = state.get("method_section") or {}
     replaced = {*METHODS, *(s.name for s in shapings()), *previous.get("tags", []), *previous.get("shaping_tags", [])}
     card_data = build_card_data(existing_metadata(readme), section["tags"], section["shaping_tags"], replaced,

@@ -1,7 +1,7 @@
-"""Trainers: `ExplorationGRPOTrainer` (TRL GRPO + hooks) and one config+trainer pair per method.
+"""Trainers: `ExplorationGRPOTrainer` (TRL GRPO + the methods' hooks) and one config+trainer pair per method.
 
-Each method's module registers its trainer with `@register_method(MethodInfo(...))` (`exploration_trl.methods`) when it
-is imported. The built-in methods are imported below in the order `train --help`, errors and cards list them; every
+Each method's module registers its strategy with `@register_method(MethodInfo(...))` (`exploration_trl.methods`) when
+it is imported, and defines its public trainer, a thin class that binds it (`method = "<name>"`). The built-in methods are imported below in the order `train --help`, errors and cards list them; every
 other module of this folder is imported after them, so a new method's module registers without a line here
 (`docs/writing_a_method.md`).
 """
@@ -21,7 +21,18 @@ from .qae import QAEConfig, QAETrainer
 from .entropy_adv import EntropyAdvConfig, EntropyAdvTrainer
 from .outcome_explore import OutcomeExploreConfig, OutcomeExploreTrainer
 from .registry import METHODS, get_config_class, get_trainer_class, parse_method
+from .. import methods as _methods
 from ..methods import MethodInfo, Paper, arxiv_paper, register_method
+
+
+def _thin_trainer(name: str) -> type:
+    """The public trainer of a strategy that no class binds (e.g. one registered from a notebook)."""
+    strategy = _methods.strategy_of(name)
+    return type(f"{strategy.__name__.removesuffix('Trainer')}Trainer", (ExplorationGRPOTrainer,),
+                {"method": name, "__module__": strategy.__module__})
+
+
+_methods._TRAINER_FACTORY = _thin_trainer
 
 __all__ = [
     "ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "ProGRPOConfig", "ProGRPOTrainer",

@@ -1,56 +1,49 @@
-"""`ExplorationGRPOTrainer`: TRL's `GRPOTrainer` plus the hooks every exploration method overrides.
+"""`ExplorationGRPOTrainer`: TRL's `GRPOTrainer` plus the exploration methods, and the package's one TRL adapter.
 
-A method author reads this file only (the guide with a worked example: `docs/writing_a_method.md`):
+A method is a registered strategy (`strategy.py`); the trainer holds at most one of each side, named by its class
+(`method = "casp"`, or `"progrpo+casp"`), and calls them at fixed points of TRL's step: the advantage hook once per
+generation batch (`_compute_advantages`, then the STILL shapers), the loss hooks on every micro-batch inside TRL's own
+loss (`_transform_policy_logps`, `_extra_per_token_loss`). A step on which a strategy did not act stops training
+(`HookDidNotRunError`). The concerns are components the trainer owns (`rollout`, `dynamic_sampling`, `lm_head`,
+`metrics`, `resume`, `vllm`, `heldout`) or callbacks (divergence, entropy band, correctness guard).
 
-* **The advantage hook** `_compute_advantages(batch)`, called once per generation batch after TRL has
-  scored the completions. `batch` is a `RolloutBatch` (`rollout.py`): the rewards gathered across processes,
-  the group layout, TRL's GRPO advantages and, when `_needs_rollout_logps` / `_needs_prompt_logps` say so,
-  the rollout policy's per-token log-probs and entropies (and prompt-token log-probs). The STILL shapers run after it.
-* **Loss hooks** that reuse TRL's `_compute_loss`: `_transform_policy_logps` changes the per-token
-  importance ratio (TRL forms it as `exp(per_token_logps - old_per_token_logps)`), and
-  `_extra_per_token_loss` adds per-token terms aggregated exactly as TRL's `loss_type` aggregates.
-* **No silent no-op**: each method's hook is `hook = (side, name)` (set by `register_method` from its record) and it
-  calls `_mark_hook_ran(name)` when it acts; a step on which a declared hook did not run stops training
-  (`HookDidNotRunError`).
-* **One record**: `@register_method(MethodInfo(...))` on the trainer class (`exploration_trl.methods`) is everything
-  the rest of the package (help, cards, experiments) says about the method.
-
-**One generation batch** is `_generate_and_score_completions`, the package's only override of it: it composes, in
-order, the vLLM step, the rollout capture, the dynamic-sampling refill, TRL's own batch, the rollout statistics and the
-advantage hook (see its docstring). The mixins provide those steps as helper methods; their few other TRL overrides
-are narrow and named in each module. The mixins, one line each:
-
-* `ResumeMixin` (`resume.py`): saves and restores TRL's rollout buffer, RNGs and pending metrics; Ctrl-C checkpoints.
-* `VLLMMixin` (`vllm_support.py`): vLLM's weight sync on a CPU, its log-probs reused, its shutdown.
-* `RolloutMixin` (`rollout.py`): rewards checked, rollout statistics captured, the `RolloutBatch`, the advantages set.
-* `DynamicSamplingMixin` (`dynamic_sampling.py`): DAPO's rounds that drop groups whose rewards do not vary.
-* `CaptureMixin` (`capture.py`): reads TRL's own forward passes (log-probs, entropies, hidden states) under any wrapper.
-* `ExplorationMetricsMixin` (`metrics_logging.py`): the exploration metrics, reduced across processes.
-* `HeldoutEvalMixin` (`heldout_eval.py`): held-out pass@k on HF's evaluation schedule (`eval_benchmark`).
-* `DivergenceMixin` (`divergence.py`): warns once (and the card says so) when entropy climbs or reward falls to 0.
-
-`config.py` holds the shared config keys.
+**The TRL adapter.** This is the only module of the package that overrides a private method of TRL or transformers
+or reads one of their private attributes (the components use the accessors at the end of the class), so a TRL
+upgrade is a read of this file. Each override says which TRL behaviour it relies on; `tests/test_trl_contract.py`
+pins them and `tests/test_architecture.py` keeps them here. docs/internals.md has the picture.
 """
 from __future__ import annotations
 
+import inspect
+import os
 import warnings
+from contextlib import nullcontext
+from functools import cache
 
 import torch
 from trl import GRPOTrainer
 
-from ..core import advantages as core_adv
-from ..errors import HookDidNotRunError
-from ..methods import MethodInfo, arxiv_paper, register_method
+from ..deepspeed_import import deepspeed_only_when_imported
+from ..methods import register_method
 from ..rewards._base import is_correct
-from .capture import CaptureMixin, _Capture
-from .config import ExplorationGRPOConfig, check_choice, check_non_negative, has_accelerator
-from .dynamic_sampling import DynamicSamplingMixin
-from .divergence import DivergenceMixin
-from .heldout_eval import HeldoutEvalMixin
-from .metrics_logging import ExplorationMetricsMixin
-from .resume import ResumeMixin
-from .rollout import RolloutBatch, RolloutMixin
-from .vllm_support import VLLMMixin
+from ..vllm_engine import vllm_runs_on_cpu
+from ._trl_warnings import quiet_trl_rollout_deprecations
+from .capture import LMHead, _Capture, fill, head_weights
+from .config import GRPO_INFO, ExplorationGRPOConfig, check_choice, check_non_negative, has_accelerator
+from .correctness_guard import CorrectnessGuard
+from .divergence import DivergenceCallback
+from .dynamic_sampling import DynamicSampling
+from .heldout_eval import HeldoutEval, eval_strategy_lifted
+from .loss_terms import aggregate_per_token, loss_mask, weighted_as_trl
+from .metrics_logging import ExplorationMetrics
+from .resume import Resume
+from .rollout import Rollout, RolloutBatch
+from .strategy import bind_public_class, build_strategies, check_hooks_ran, expected_hooks
+from .still import apply_still_shapers, position_bonus_active
+from .vllm_support import (
+    VLLMSupport, check_cpu_head_size, connect_server, copied, reload_colocated, reload_server_from_disk,
+    remove_weights_dir, server_without_nccl, trl_builds, vllm_on_cpu,
+)
 
 __all__ = [
     "ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_choice", "check_non_negative",
@@ -58,61 +51,79 @@ __all__ = [
 ]
 
 
-#: transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16's rollout helpers
-#: (`disable_gradient_checkpointing`, `unwrap_model_for_generation`) still call the old names on every rollout,
-#: whatever the config says. Only these three messages, from transformers' model code, are filtered.
-_TRL_ROLLOUT_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointing_(enable|disable))` is deprecated"
-
-
-@register_method(MethodInfo(
-    name="grpo", side="none", display="GRPO",
-    summary="TRL's GRPO unchanged, plus exploration metrics",
-    description="Group Relative Policy Optimization: advantages are rewards normalised within the group of "
-                "completions sampled for the same prompt.",
-    paper=arxiv_paper(
-        "shao2024deepseekmath",
-        "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "Shao et al., 2024",
-        ["Zhihong Shao", "Peiyi Wang", "Qihao Zhu", "Runxin Xu", "Junxiao Song", "Xiao Bi", "Haowei Zhang",
-         "Mingchuan Zhang", "Y. K. Li", "Y. Wu", "Daya Guo"], 2024, "2402.03300", "cs.CL"),
-    where="DeepSeekMath GRPO, as TRL 1.16",
-    changes="nothing: exactly TRL's `GRPOTrainer` (tested to 1e-6) plus exploration metrics",
-    knobs_note="TRL's",
-))
-class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSamplingMixin, CaptureMixin,
-                             ExplorationMetricsMixin, HeldoutEvalMixin, DivergenceMixin, GRPOTrainer):
+@register_method(GRPO_INFO)
+class ExplorationGRPOTrainer(GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
     config_class = ExplorationGRPOConfig
+    #: The registered method (or `advantage+loss` composition) whose strategies this class runs; None: GRPO.
+    method: str | None = None
 
-    def __init__(self, *args, **kwargs):
-        from ..deepspeed_import import import_deepspeed_only_when_used
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        bind_public_class(cls)  # a thin method class, `method = "<name>"`, binds its strategy
 
-        import_deepspeed_only_when_used()  # Python-API runs without DeepSpeed save without importing it (its warning)
-        warnings.filterwarnings("ignore", message=_TRL_ROLLOUT_DEPRECATIONS, category=FutureWarning,
-                                module="transformers.modeling_utils")
-        super().__init__(*args, **kwargs)
-        self._capture: _Capture | None = None
-        self._loss_state: dict = {}
+    def __init__(self, *args, heldout_benchmark=None, **kwargs):
+        bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+        targs = bound.get("args")
+        check_cpu_head_size(targs, bound.get("model"))
+        heldout_configured = heldout_benchmark is not None or getattr(targs, "eval_benchmark", None) is not None
+        with quiet_trl_rollout_deprecations(), deepspeed_only_when_imported(), \
+                eval_strategy_lifted(targs, bound.get("eval_dataset") is not None, heldout_configured), \
+                trl_builds(cpu_generation_class() if vllm_on_cpu(targs) else None):
+            super().__init__(*args, **kwargs)
+        # The adapter's own state between TRL's calls (see `_generate_and_score_completions` and `compute_loss`).
+        self._capture: _Capture | None = None  # what the next policy pass of TRL records
+        self._ds_replay: dict | None = None  # the kept rows' generations and rewards, while TRL's pass replays them
+        self._loss_inputs, self._loss_state = None, {}
         self._ran_hooks: set[str] = set()  # hooks that acted on the current step (see `_check_hooks_ran`)
-        self._metrics_generator = torch.Generator().manual_seed(int(self.args.seed))
+        self._given_once: set[str] = set()  # `warn_once` keys already given
+        # Components.
+        self.lm_head = LMHead(self)
+        self.metrics = ExplorationMetrics(self)
+        self.rollout = Rollout(self)
+        self.resume = Resume(self)
+        self.heldout = HeldoutEval(self, heldout_benchmark)
+        self.dynamic_sampling = DynamicSampling(self)
+        self.strategies = build_strategies(self)
+        self.vllm = VLLMSupport(self)
+        # Callbacks: concerns that only observe training.
+        self.correctness_guard = CorrectnessGuard(self)
+        self.add_callback(self.correctness_guard)
+        self._divergence = DivergenceCallback(self)
+        self.add_callback(self._divergence)
         if self.args.entropy_band is not None:
             from .entropy_band import EntropyBandCallback
 
             self.add_callback(EntropyBandCallback(self))
 
+    # ------------------------------------------------------------------------------------------- strategies
+    def _strategy(self, side: str):
+        return next((s for s in self.strategies if s.side == side), None)
+
+    def __getattr__(self, name: str):
+        # Only reached when normal lookup fails: a strategy's own attribute (e.g. Clip-Cov's `_clip_cov_keys`) is
+        # readable on its trainer, as it was when methods were trainer classes.
+        for strategy in self.__dict__.get("strategies", ()):
+            try:
+                return getattr(strategy, name)
+            except AttributeError:
+                continue
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # ------------------------------------------------------------------ what methods need
-    def _needs_rollout_logps(self) -> bool:
-        """True when `_compute_advantages` needs the rollout policy's completion log-probs and entropies."""
-        return self.args.ppl_shaping_alpha != 0.0
+    def _needs_rollout_logps(self) -> bool:  # the rollout policy's completion log-probs and entropies
+        return self.args.ppl_shaping_alpha != 0.0 or any(s.needs_rollout_logps() for s in self.strategies)
 
-    def _needs_prompt_logps(self) -> bool:
-        """True when `_compute_advantages` needs log p(q_t | q_<t) of the prompt tokens."""
-        return False
+    def _needs_prompt_logps(self) -> bool:  # log p(q_t | q_<t) of the prompt tokens
+        return any(s.needs_prompt_logps() for s in self.strategies)
 
-    def _needs_loss_capture(self) -> bool:
-        """True when the loss pass must keep the backbone's hidden states (loss hooks or metrics)."""
-        return self.args.exploration_metrics
+    def _needs_rollout_candidates(self) -> bool:  # the rollout pass's hidden states (CaSP off-policy)
+        return any(s.needs_rollout_candidates() for s in self.strategies)
+
+    def _needs_loss_capture(self) -> bool:  # the loss pass's hidden states (loss hooks or metrics)
+        return self.args.exploration_metrics or any(s.needs_loss_capture() for s in self.strategies)
 
     def _trl_computes_old_logps(self) -> bool:
         """Mirror of TRL 1.16's condition for computing `old_per_token_logps` in `_generate_and_score_completions`.
@@ -126,62 +137,46 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
         """Optimizer updates each generation batch feeds; 1 means fully on-policy (old log-probs == current)."""
         return self.args.steps_per_generation * self.num_iterations / self.args.gradient_accumulation_steps
 
+    # ------------------------------------------------------------------ the advantage side
     def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        """Return this process's advantages, `(B_local,)` or `(B_local, T)`.
-
-        The base returns TRL's GRPO advantages unchanged. Methods override this, call `super()`, and
-        transform the result with `exploration_trl.core` functions.
-        """
-        return batch.advantages
+        """Return this process's advantages, `(B_local,)` or `(B_local, T)`: TRL's GRPO advantages, changed by the
+        advantage-side strategy when there is one."""
+        strategy = self._strategy("advantage")
+        return batch.advantages if strategy is None else strategy.advantages(batch, batch.advantages)
 
     def _apply_still_shapers(self, advantages: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
-        """STILL report shapers, applied after the advantage-side method: perplexity (Eq. 11), then position (Eq. 12)."""
-        args = self.args
-        if args.ppl_shaping_alpha != 0.0:
-            logps = batch.gather_padded(batch.completion_logps)
-            mask = batch.gather_padded(batch.completion_mask)
-            per_token = advantages.dim() == 2  # e.g. DS-GRPO's token granularity: scale every token of a row
-            global_adv = batch.gather_padded(advantages) if per_token else batch.gather(advantages)
-            shaped = core_adv.ppl_shaped_advantages(
-                global_adv, logps, mask, batch.num_generations, alpha=args.ppl_shaping_alpha
-            )
-            advantages = shaped[batch.process_slice]
-            if per_token:
-                advantages = advantages[:, : batch.completion_mask.size(1)]
-        if args.position_bonus_gamma != 0.0 and self._position_bonus_active(batch.global_step):
-            advantages = core_adv.position_bonus_advantages(
-                advantages, batch.completion_mask, gamma=args.position_bonus_gamma,
-                direction=args.position_bonus_direction, scale=args.position_bonus_scale,
-                center=args.position_bonus_center,
-            )
-        return advantages
+        """STILL report shapers, applied after the advantage-side method (`still.py`)."""
+        return apply_still_shapers(self.args, advantages, batch)
 
     def _position_bonus_active(self, step: int) -> bool:
-        start, length = self.args.position_bonus_start_step, self.args.position_bonus_num_steps
-        return step >= start and (length is None or step < start + length)
-
-    def _needs_rollout_candidates(self) -> bool:
-        """True when a loss-side method needs top-N candidates from the rollout policy (CaSP, off-policy)."""
-        return False
+        return position_bonus_active(self.args, step)
 
     def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
         """Per-completion tensors carried to `compute_loss` (TRL shuffles and splits every tensor key)."""
-        correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold)
-        return {"exploration_correct": correct}
+        extras = {"exploration_correct": is_correct(batch.local_rewards, self.args.correct_reward_threshold)}
+        for strategy in self.strategies:
+            extras.update(strategy.rollout_extras(batch, capture))
+        return extras
+
+    def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt tokens' log-probs and mask the advantage hook reads (the strategies choose the tokens)."""
+        logps, mask = self.rollout.prompt_logps(capture, output)
+        for strategy in self.strategies:
+            logps, mask = strategy.prompt_logps(logps, mask, output)
+        return logps, mask
+
+    def _prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        from_vllm = self.vllm.prompt_only_logps(prompt_ids, prompt_mask)
+        return from_vllm if from_vllm is not None else self.rollout.prompt_only_logps(prompt_ids, prompt_mask)
 
     # ------------------------------------------------------------------ one generation batch
     def _generate_and_score_completions(self, inputs):
-        """TRL's generation batch with the package's steps around it, in this order:
-
-        1. vLLM (`_start_vllm_batch`): forget the previous batch's prompt log-probs;
-        2. rollout capture (`_start_rollout_capture`): record the rows and, when the method needs rollout statistics,
-           capture TRL's passes over the completions (and generation's logits) from here on;
-        3. dynamic sampling (`_dynamic_sampling_select`): when on, generate rounds until enough groups have rewards
-           that vary, and return the kept rows, whose generations and rewards TRL's pass then replays;
-        4. TRL's own `_generate_and_score_completions` on those rows;
-        5. rollout statistics (`_finish_rollout_capture`), then the advantage hook and the STILL shapers
-           (`_set_advantages`), whose result replaces TRL's advantages.
-        """
+        """TRL's generation batch with the package's steps around it, in this order: the vLLM step, the rollout
+        capture (of TRL's passes and generation's logits), dynamic sampling (its rounds; TRL's pass replays the kept
+        rows), TRL's own method, the rollout statistics, then the advantage hook and the STILL shapers, whose result
+        replaces TRL's advantages. Relies on TRL 1.16 generating (`_generate`), scoring (`_calculate_rewards`) and
+        computing old log-probs (`_get_per_token_logps_and_entropies`) in it, and on its loss reading the returned
+        `advantages`."""
         self._start_vllm_batch()
         need_rollout = self._start_rollout_capture(inputs)
         try:
@@ -195,10 +190,112 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
             self._capture = None
         return self._set_advantages(output, capture)
 
-    # ------------------------------------------------------------------ loss side
+    def _start_vllm_batch(self):
+        self.vllm.start_batch()
+
+    def _start_rollout_capture(self, inputs) -> bool:
+        """Record this process's rows; start capturing TRL's passes when the method needs rollout statistics."""
+        self.rollout.inputs = inputs
+        self.rollout.generation_logps = None
+        need_rollout = self.rollout.needs_statistics()
+        self._capture = _Capture(mode="rollout") if need_rollout else None
+        return need_rollout
+
+    def _dynamic_sampling_select(self, inputs):
+        """The rows TRL's pass scores: the kept rows of dynamic sampling's rounds (replayed from `_ds_replay`)."""
+        if not self.args.dynamic_sampling or not self.model.training:
+            return inputs
+        kept, self._ds_replay = self.dynamic_sampling.rounds(inputs)
+        self.rollout.inputs = kept
+        return kept
+
+    def _finish_rollout_capture(self, output, need_rollout: bool) -> _Capture | None:
+        """The rollout statistics of TRL's finished batch `output` (None when the method needs none)."""
+        return self.rollout.finish(output, self._capture) if need_rollout else None
+
+    def _capture_from_generation(self, output) -> _Capture | None:
+        """The rollout statistics from generation's own log-probs (transformers, then vLLM), when they are TRL's."""
+        return self.rollout.capture_from_generation(output) or self.vllm.capture_from_generation(output)
+
+    def _rollout_pass(self, output) -> _Capture:
+        """The one added no-grad pass, run only when a method needs rollout statistics TRL did not compute."""
+        self._capture = capture = _Capture(mode="rollout")
+        self.rollout.added_pass(output)
+        return capture
+
+    def _set_advantages(self, output, capture: _Capture | None):
+        """The advantage hook and the STILL shapers on the `RolloutBatch`; their advantages replace TRL's."""
+        batch = self.rollout.batch(output, capture)
+        self._ran_hooks = set()
+        advantages = self._compute_advantages(batch)
+        self._check_hooks_ran("advantage", "`_compute_advantages` did not reach the method's hook")
+        advantages = self._apply_still_shapers(advantages, batch)
+        output["advantages"] = advantages
+        if self.log_completions:  # TRL reads `_logs` only then (its `log`)
+            self.metrics.replace_logged_advantages(advantages, batch, self._logs["advantages"].maxlen)
+        if self.args.debug_rollout_dir:
+            self.rollout.dump(batch, advantages)
+        output.update(self._rollout_extras(batch, capture))
+        return output
+
+    def _generate(self, prompts):
+        # Relies on TRL 1.16's `_generate_and_score_completions` generating through `_generate(prompts)` once.
+        replay = self._ds_replay
+        if replay is None:
+            return super()._generate(prompts)
+        self.rollout.generation_logps = replay["generation_logps"]  # read after generation, as a live one's
+        return replay["generated"]
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # Relies on TRL 1.16's `_calculate_rewards` returning every process's rewards (gathered), once per batch.
+        from ..rewards import pop_outcomes
+
+        replay = self._ds_replay
+        if replay is not None:
+            rewards_per_func, outcomes = replay["rewards_per_func"], replay["answers"]
+        else:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            outcomes = pop_outcomes()  # popped on every batch so that none is left for the next
+        self.rollout.after_rewards(rewards_per_func, prompts, outcomes)
+        return rewards_per_func
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # Relies on TRL 1.16 calling the model's `generate` (transformers path) inside this method, once per batch.
+        recorder = self.rollout.recorder(capturing=self._capture is not None)
+        with recorder.attached(self.lm_head.of(self.model)[0]) if recorder else nullcontext():
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        if recorder is not None:
+            self.rollout.generation_logps = recorder.per_row(completion_ids)
+        return completion_ids, logprobs
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        # Relies on TRL 1.16 computing every policy log-prob through this method (`self.model` in the rollout, the
+        # wrapped model in the loss) and on its fused head calling the backbone as a module (`LMHead.capturing`).
+        # While `_capture` asks, the first policy call is recorded; in the loss its log-probs go through the hooks.
+        capture = self._capture
+        if capture is None or capture.done or not self._is_policy(model):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
+            )
+        with self.lm_head.capturing(model) as chunks:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, True, **kwargs
+            )
+        fill(capture, logps, entropies, chunks, input_ids, logits_to_keep)
+        if capture.mode == "loss":
+            logps = self._transform_policy_logps(logps, capture, self._loss_inputs, self._loss_state)
+        return logps, (entropies if compute_entropy else None), aux
+
+    # ------------------------------------------------------------------ the loss side
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # TRL's compute_loss -> _compute_loss calls `_get_per_token_logps_and_entropies` once for the policy;
-        # our override captures that call (hidden states, entropies) and applies `_transform_policy_logps`.
+        # the override captures that call (hidden states, entropies) and applies `_transform_policy_logps`.
+        for strategy in self.strategies:
+            strategy.before_loss(model, inputs)  # before the capture starts: a pre-pass is not the loss's pass
         self._loss_inputs, self._loss_state = inputs, {}
         self._ran_hooks = set()
         self._capture = _Capture(mode="loss") if self._needs_loss_capture() else None
@@ -214,26 +311,141 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
                 inputs["advantages"] = rollout_advantages
         if capture is not None and capture.done:
             extra = self._extra_per_token_loss(inputs, capture, self._loss_state)
-            if extra is not None and "importance_sampling_ratio" in inputs and self.loss_type != "vespo":
-                # Weighted by vLLM's importance-sampling ratio like TRL weights its policy term (and as verl's
-                # kl_cov weights its whole per-token loss), so the extra term stays an expectation under pi_old.
-                extra = extra * inputs["importance_sampling_ratio"]
             if extra is not None:
-                loss = loss + self._aggregate_per_token(extra, self._loss_mask(inputs), inputs)
+                loss = loss + self._aggregate_per_token(weighted_as_trl(self, extra, inputs), self._loss_mask(inputs),
+                                                        inputs)
             if self.args.exploration_metrics:
                 self._log_token_metrics(inputs, capture)
         self._check_hooks_ran(
             "loss", f"TRL's loss did not call `_get_per_token_logps_and_entropies` with the policy model (it was "
             f"given a {type(model).__name__})",
         )
-        self._log_loss_state_metrics(self._loss_state, defer=True)  # read at the next log
         self._loss_inputs, self._loss_state = None, {}
         return loss
 
-    # ------------------------------------------------------------------ model card
+    def _global_cov_for(self, inputs) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """KL-Cov's / Clip-Cov's `(selected, cov)` of this micro-batch under `cov_selection: global`, else None."""
+        selection = getattr(self._strategy("loss"), "global_selection", None)
+        return None if selection is None else selection.for_inputs()
+
+    def _transform_policy_logps(self, logps: torch.Tensor, capture: _Capture, inputs, state: dict) -> torch.Tensor:
+        """Return the log-probs TRL's loss should see (the loss-side strategy's `transform_logps`). TRL forms the
+        ratio as `exp(returned - old)`, so a method that wants ratio `R` returns `old + log(R)`."""
+        strategy = self._strategy("loss")
+        return logps if strategy is None else strategy.transform_logps(logps, capture, inputs, state)
+
+    def _extra_per_token_loss(self, inputs, capture: _Capture, state: dict) -> torch.Tensor | None:
+        """Extra `(B, T)` per-token loss terms, added after TRL's loss with TRL's aggregation. None: nothing."""
+        strategy = self._strategy("loss")
+        return None if strategy is None else strategy.extra_loss(inputs, capture, state)
+
+    def _log_token_metrics(self, inputs, capture: _Capture):
+        """Exploration metrics from the loss pass TRL already ran (no extra backbone pass), kept on the device."""
+        self.mark_hook_ran("exploration metrics")
+        self.queue_metrics(self.metrics.tokens(inputs, capture, self._loss_mask(inputs).bool()))
+
+    _loss_mask = staticmethod(loss_mask)
+
+    def _old_logps(self, inputs, policy_logps: torch.Tensor) -> torch.Tensor:
+        """The old log-probs TRL's loss uses. On-policy TRL would take `returned_logps.detach()`, which after a ratio
+        transform is no longer the rollout policy's, so the untransformed ones are pinned in `inputs` for this call."""
+        old = inputs.get("old_per_token_logps")
+        if old is None:
+            old = inputs["old_per_token_logps"] = policy_logps.detach()
+            self._loss_state["pinned_old_logps"] = True
+        return old
+
+    def _aggregate_per_token(self, per_token: torch.Tensor, mask: torch.Tensor, inputs) -> torch.Tensor:
+        """Reduce a per-token term exactly as TRL's `_compute_loss` reduces its policy loss (`loss_terms.py`)."""
+        return aggregate_per_token(self, per_token, mask, inputs)
+
+    # ------------------------------------------------------------------ no silent no-op
+    def _expected_hooks(self, side: str) -> list[str]:
+        return expected_hooks(self, side)
+
+    def mark_hook_ran(self, name: str):
+        """A strategy's hook acted on this step (see `strategy.check_hooks_ran`)."""
+        self._ran_hooks.add(name)
+
+    _mark_hook_ran = mark_hook_ran  # the 0.7 name
+
+    def _check_hooks_ran(self, side: str, reason: str):
+        check_hooks_ran(self, side, reason)
+
+    # ------------------------------------------------------------------ metrics and warnings: the one idiom
+    def queue_metrics(self, metrics: dict, reduce: bool = True) -> None:
+        """Log `{name: (sum, count)}` (device scalars or numbers) at the next log as the global `sum / count`, with
+        no host read now; `reduce=False`: the values are global already (not summed over processes)."""
+        self.metrics.add(metrics, reduce)
+
+    def _flush_device_metrics(self):
+        """Put the queued metrics into TRL's metric window now (a collective; `log` does it first)."""
+        self.metrics.flush()
+
+    def warn_once(self, key: str, message: str, category: type[Warning] = UserWarning) -> None:
+        """Warn once per run under `key` (from the main process)."""
+        if key in self._given_once:
+            return
+        self._given_once.add(key)
+        if self.accelerator.is_main_process:
+            warnings.warn(message, category, stacklevel=3)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # TRL's `log` averages its metric window (`_metrics`): the queued values go into it first, then the
+        # warnings decided from the window, then the final advantages into its completions table (`_logs`).
+        self.metrics.flush()
+        self.metrics.warn_declared()
+        if self.log_completions:
+            logged = self._logs["advantages"]
+            final = self.metrics.final_advantages(len(logged))
+            for _ in range(len(final)):
+                logged.pop()
+            logged.extend(final)
+        super().log(logs, start_time)
+
+    # ------------------------------------------------------------------ training, evaluation, saving
+    def train(self, *args, **kwargs):
+        """TRL's `train`; Ctrl-C saves a checkpoint of the last finished step first (`Resume.on_interrupt`)."""
+        with quiet_trl_rollout_deprecations(), deepspeed_only_when_imported():
+            try:
+                return super().train(*args, **kwargs)
+            except KeyboardInterrupt:
+                self.resume.on_interrupt()
+                raise
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        # Held-out pass@k on HF's evaluation schedule (`heldout_eval.py`). An override, not a callback, because
+        # `Trainer._evaluate` picks the best checkpoint from the dict `evaluate` returns.
+        if self.heldout.benchmark is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        metrics: dict[str, float] = {}
+        if eval_dataset is not None or self.eval_dataset is not None:
+            metrics.update(super().evaluate(eval_dataset, ignore_keys, metric_key_prefix))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with quiet_trl_rollout_deprecations():
+                held = self.heldout.evaluate(metric_key_prefix)
+            self.log(dict(held))
+        finally:
+            self.model.train(was_training)
+        metrics.update(held)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def heldout_evaluate(self, prefix: str = "eval") -> dict[str, float]:
+        """Sample, grade and summarise the held-out benchmark now (every process must call it)."""
+        return self.heldout.evaluate(prefix)
+
+    heldout_benchmark = property(lambda self: self.heldout.benchmark,
+                                 lambda self, bench: setattr(self.heldout, "benchmark", bench))
+    heldout_seconds = property(lambda self: self.heldout.seconds)
+    heldout_correct_counts = property(lambda self: self.heldout.correct_counts)
+    #: The sentence saying how the run diverged, or None (`divergence.py`; the card prints it).
+    divergence = property(lambda self: self._divergence.note)
+
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        """Write the package's card (method and paper, rewards, hyperparameters, LoRA settings, curves) instead of
-        TRL's generic one: `push_to_hub()` and every checkpoint call this. See `exploration_trl.hub.trainer_card`."""
+        """The package's card instead of TRL's (`push_to_hub()` and every checkpoint call this; `hub.trainer_card`)."""
         if not self.is_world_process_zero():
             return
         from ..hub.trainer_card import write_trainer_card
@@ -241,82 +453,146 @@ class ExplorationGRPOTrainer(ResumeMixin, VLLMMixin, RolloutMixin, DynamicSampli
         write_trainer_card(self, output_dir=kwargs.get("output_dir"), dataset=dataset_name)
 
     def save_model(self, output_dir=None, _internal_call=False):
-        super().save_model(output_dir, _internal_call)
-        if not _internal_call:  # a user's call; checkpoints and `push_to_hub` write the card themselves
-            self.create_model_card(output_dir=output_dir or self.args.output_dir)
+        with deepspeed_only_when_imported():
+            super().save_model(output_dir, _internal_call)
+            if not _internal_call:  # a user's call; checkpoints and `push_to_hub` write the card themselves
+                self.create_model_card(output_dir=output_dir or self.args.output_dir)
 
-    # ------------------------------------------------------------------ no silent no-op
-    def _expected_hooks(self, side: str) -> list[str]:
-        """Names of the hooks this trainer must run on every step of `side` ("advantage" or "loss").
+    def close_vllm(self):
+        """Shut the colocated vLLM engine down before any other teardown (`VLLMSupport.close`)."""
+        self.vllm.close()
 
-        Each method class has `hook = (side, name)` (`register_method` sets it); a composed trainer (e.g. ProGRPO+CaSP) inherits several.
-        The exploration metrics count as a loss-side hook when they are switched on.
-        """
-        names = [cls.__dict__["hook"][1] for cls in type(self).__mro__
-                 if "hook" in cls.__dict__ and cls.__dict__["hook"][0] == side]
-        if side == "loss" and self.args.exploration_metrics:
-            names.append("exploration metrics")
-        return names
+    def _save_checkpoint(self, model, trial) -> None:
+        # Relies on transformers writing checkpoint `checkpoint-<global_step>` under `_get_output_dir(trial)`.
+        # A checkpoint keeps the logging window's metrics (`Resume.state`), so a resumed run logs the same averages:
+        # the queued values go into it first (every process saves, so the collective is safe here).
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        with self.resume.guard_checkpoint(folder):
+            self.metrics.flush()
+            super()._save_checkpoint(model, trial)
 
-    def _mark_hook_ran(self, name: str):
-        self._ran_hooks.add(name)
+    def _save_rng_state(self, output_dir: str) -> None:
+        # Relies on transformers calling this on every process inside `_save_checkpoint`, before
+        # `trainer_state.json` (which marks a checkpoint complete) is written.
+        super()._save_rng_state(output_dir)
+        self.resume.save(output_dir)
 
-    def _check_hooks_ran(self, side: str, reason: str):
-        missing = [n for n in self._expected_hooks(side) if n not in self._ran_hooks]
-        if missing:
-            mode = "training" if self.model.training else "evaluation"
-            raise HookDidNotRunError(
-                f"{' and '.join(missing)}: the {side}-side hook did not run on this {mode} step ({reason}); "
-                f"stopping rather than silently training plain GRPO. Please report this with your TRL version and "
-                f"launcher (accelerate/DeepSpeed/FSDP config)."
-            )
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        # Relies on transformers calling this on every process once per resume, after the model and optimizer are
+        # loaded and before the first `training_step`.
+        super()._load_rng_state(checkpoint)
+        if checkpoint is not None:
+            self.resume.load(checkpoint)
 
-    @staticmethod
-    def _loss_mask(inputs) -> torch.Tensor:
-        mask = inputs["completion_mask"]
-        return mask if "tool_mask" not in inputs else mask * inputs["tool_mask"]
+    # ------------------------------------------------------------------ accessors of TRL's state
+    # The components read TRL's (and transformers') private state only through these.
+    def metrics_window(self, mode: str):
+        """TRL's metric window (`_metrics[mode]`: name -> values since the last log, which `log` averages)."""
+        return self._metrics[mode]
 
-    def _old_logps(self, inputs, policy_logps: torch.Tensor) -> torch.Tensor:
-        """The old log-probs TRL's `_compute_loss` uses: the stored ones, or on-policy the detached current ones.
+    def rollout_buffer(self) -> tuple[int, list | None]:
+        """`(_step, _buffered_inputs)`: TRL 1.16's `_prepare_inputs` generates every `steps_per_generation *
+        num_iterations` micro-steps and feeds slice `_step % steps_per_generation`."""
+        return self._step, self._buffered_inputs
 
-        On-policy TRL would take `returned_logps.detach()`, which after a ratio transform is no longer the
-        rollout policy; so the untransformed values are pinned into `inputs` for this call (and removed after).
-        """
-        old = inputs.get("old_per_token_logps")
-        if old is None:
-            old = inputs["old_per_token_logps"] = policy_logps.detach()
-            self._loss_state["pinned_old_logps"] = True
-        return old
+    def set_rollout_buffer(self, step: int, buffered: list | None) -> None:
+        self._step, self._buffered_inputs = step, buffered
 
-    def _transform_policy_logps(self, logps: torch.Tensor, capture: _Capture, inputs, state: dict) -> torch.Tensor:
-        """Return the log-probs TRL's loss should see. TRL forms the ratio as `exp(returned - old)`, so a method
-        that wants ratio `R` returns `old + log(R)`. The base returns `logps` unchanged."""
-        return logps
+    def buffered_micro_batches(self, steps: list[int]) -> list:
+        """TRL's buffered micro-batches that the micro-steps `steps` will train on."""
+        return [self._buffered_inputs[s % self.args.steps_per_generation] for s in steps]
 
-    def _extra_per_token_loss(self, inputs, capture: _Capture, state: dict) -> torch.Tensor | None:
-        """Extra `(B, T)` per-token loss terms, added after TRL's loss with TRL's aggregation. None: nothing."""
-        return None
+    def extra_log_columns(self):
+        """TRL's pending completion-table columns from reward functions' `log_extra` (`_pending_extra_logs`)."""
+        return self._pending_extra_logs
 
-    def _aggregate_per_token(self, per_token: torch.Tensor, mask: torch.Tensor, inputs) -> torch.Tensor:
-        """Reduce a per-token term exactly as TRL 1.16's `_compute_loss` reduces its policy loss for `loss_type`.
+    def is_vision_language(self) -> bool:
+        return bool(self._is_vlm)
 
-        `tests/test_trl_contract.py` checks this against TRL's own loss for every loss type.
-        """
-        mode = "train" if self.model.training else "eval"
-        accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        mask = mask.to(per_token.dtype)
-        lt = self.loss_type
-        if lt in ("grpo", "sapo"):
-            return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
-        if lt == "bnpo":
-            return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accum
-        if lt == "dr_grpo":
-            return (per_token * mask).sum() / (per_token.size(0) * self.max_completion_length) / accum
-        if lt in ("cispo", "dapo", "vespo"):
-            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            if mode == "train":
-                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            return (per_token * mask).sum() / normalizer
-        if lt == "luspo":
-            return (per_token * mask).sum(-1).mean() / accum
-        raise ValueError(f"Unknown loss type: {lt}")
+    def training_dataloader(self, sampler_fn):
+        """A training dataloader built as TRL's `get_train_dataloader` builds its own, with another sampler."""
+        return self._get_dataloader(
+            dataset=self.train_dataset, description="Training", is_training=True,
+            batch_size=self._train_batch_size * self.args.steps_per_generation, sampler_fn=sampler_fn,
+        )
+
+    def trl_generate(self, prompts):
+        """TRL's generation of one batch (`_generate`), outside any replay."""
+        return self._generate(prompts)
+
+    def trl_rewards(self, inputs, prompts, completions, completion_ids):
+        """TRL's scoring of one batch, every process's rewards (`_calculate_rewards`), without the rollout's own."""
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids)
+
+    def forward_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs):
+        """TRL's per-token log-probs of a forward (`_get_per_token_logps_and_entropies`)."""
+        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                       batch_size=batch_size, **kwargs)
+
+    def enable_entropy_bonus(self) -> None:
+        """TRL 1.16 decides at init whether its entropy bonus is on, then reads `entropy_coef` every micro-batch."""
+        self._entropy_bonus_enabled = True
+
+    def run_dir(self) -> str:
+        return self._get_output_dir(trial=None)
+
+    def save_checkpoint_now(self) -> None:
+        self._save_checkpoint(self.model, trial=None)
+
+    # ------------------------------------------------------------------ 0.7 names, kept for subclasses and tests
+    _generation_logps = property(lambda self: self.rollout.generation_logps,
+                                 lambda self, rows: setattr(self.rollout, "generation_logps", rows))
+
+    def _refill_batch(self):
+        return self.dynamic_sampling.refill_batch()
+
+    def _refill_sampler(self, dataset):
+        return self.dynamic_sampling.refill_sampler(dataset)
+
+    def _lm_head(self, model):
+        return self.lm_head.of(model)
+
+    def _is_policy(self, model) -> bool:
+        return self.lm_head.is_policy(model)
+
+    def _lm_head_weights(self):
+        return head_weights(self._lm_head(self.model)[1])
+
+
+# ---------------------------------------------------------------------------------------------- vLLM on a CPU
+@cache
+def cpu_generation_class():
+    """`CPUVLLMGeneration`, TRL's `VLLMGeneration` with the CPU weight syncs (defined lazily: it subclasses TRL's)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    return _define_cpu_class(VLLMGeneration)
+
+
+def _define_cpu_class(base):
+    class CPUVLLMGeneration(base):
+        """TRL's `VLLMGeneration`, syncing weights through vLLM's reload API when vLLM runs on the CPU
+        (`vllm_support.py` says why and holds the steps)."""
+
+        _server_weights_dir: str | None = None  # the folder server mode reloads from (removed by `close`)
+
+        def _init_vllm(self):
+            # Relies on TRL 1.16's server branch of `_init_vllm` being a `VLLMClient` plus `init_communicator`.
+            if not server_without_nccl(self):
+                return super()._init_vllm()
+            connect_server(self)
+
+        def sync_weights(self):
+            if self.mode == "colocate" and vllm_runs_on_cpu():
+                if self.enable_sleep_mode:  # as TRL does before loading
+                    self.llm.wake_up(tags=["weights"])
+                    self._llm_weights_sleeping = False
+                reload_colocated(self, copied(self._iter_named_params()))
+            elif server_without_nccl(self):
+                reload_server_from_disk(self, copied(self._iter_named_params()))
+            else:
+                super().sync_weights()
+
+        def close(self):
+            remove_weights_dir(self)
+
+    return CPUVLLMGeneration

@@ -11,7 +11,9 @@ from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
 from ..methods import MethodInfo, arxiv_paper, register_method
 from ..ops.lm_head import candidate_logps, token_statistics
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+from .capture import _Capture
+from .strategy import LossStrategy
 
 
 @dataclass
@@ -69,7 +71,7 @@ class CaSPConfig(ExplorationGRPOConfig):
              "sample penalised ×λ"),
     knobs_note="(math; logic and code presets in `configs/methods/casp_qwen2.5-7b_{logic,code}.yaml`)",
 ))
-class CaSPTrainer(ExplorationGRPOTrainer):
+class CaSP(LossStrategy):
     """Loss-side: replaces the sampled-token ratio by `core.casp_ratio` before TRL's clipped objective.
 
     Candidates (top-N ids, their old log-probs, whether the sample is rank 1) come from the rollout policy's
@@ -80,56 +82,51 @@ class CaSPTrainer(ExplorationGRPOTrainer):
 
     config_class = CaSPConfig
 
-    def _needs_rollout_candidates(self) -> bool:
-        return self._trl_computes_old_logps() or super()._needs_rollout_candidates()
+    def needs_rollout_candidates(self) -> bool:
+        return self.trainer._trl_computes_old_logps()
 
-    def _needs_loss_capture(self) -> bool:
-        return True
-
-    def _candidates(self, hidden, completion_ids, entropies, mask):
+    def candidates(self, hidden, completion_ids, entropies, mask):
         """Forking mask and, at forking tokens, the top-N candidates of the policy that produced `hidden`."""
-        args = self.args
+        t, args = self.trainer, self.args
         forking = core_loss.forking_mask(entropies, mask, args.casp_entropy_quantile)
-        b, t = forking.shape
+        b, n_tokens = forking.shape
         n = args.casp_top_n
         at = forking.nonzero(as_tuple=True)  # the one host read (the number of forking tokens)
-        ids = torch.zeros(b, t, n, dtype=torch.long, device=forking.device)
-        old = torch.zeros(b, t, n, device=forking.device)
-        is_top1 = torch.zeros(b, t, dtype=torch.bool, device=forking.device)
-        with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with no forking token
+        ids = torch.zeros(b, n_tokens, n, dtype=torch.long, device=forking.device)
+        old = torch.zeros(b, n_tokens, n, device=forking.device)
+        is_top1 = torch.zeros(b, n_tokens, dtype=torch.bool, device=forking.device)
+        with t.lm_head.weights() as (weight, bias, _):  # entered on every process, even with no forking token
             s = token_statistics(
-                hidden[at].detach(), weight, bias, completion_ids[at], temperature=self.temperature, top_n=n,
+                hidden[at].detach(), weight, bias, completion_ids[at], temperature=t.temperature, top_n=n,
                 entropy=False,
             )
         ids[at], old[at], is_top1[at] = s["topn_ids"], s["topn_logps"], s["is_top1"]
         return forking, ids, old, is_top1
 
-    def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
-        extras = super()._rollout_extras(batch, capture)
-        if capture is not None and self._trl_computes_old_logps():
-            mask = batch.completion_mask
-            forking, ids, old, is_top1 = self._candidates(
-                capture.completion_hidden(), batch.completion_ids, capture.entropies, mask
-            )
-            extras.update(casp_forking=forking, casp_topn_ids=ids, casp_topn_old_logps=old, casp_is_top1=is_top1)
-        return extras
+    def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+        if capture is None or not self.trainer._trl_computes_old_logps():
+            return {}
+        forking, ids, old, is_top1 = self.candidates(
+            capture.completion_hidden(), batch.completion_ids, capture.entropies, batch.completion_mask
+        )
+        return dict(casp_forking=forking, casp_topn_ids=ids, casp_topn_old_logps=old, casp_is_top1=is_top1)
 
-    def _transform_policy_logps(self, logps, capture: _Capture, inputs, state):
-        logps = super()._transform_policy_logps(logps, capture, inputs, state)
-        self._mark_hook_ran("casp")
-        args = self.args
-        active = self.state.global_step >= args.casp_warmup_steps
-        state.setdefault("metrics", {})["casp/active"] = (float(active), 1.0)  # a Python bool: no host read
+    def transform_logps(self, logps, capture: _Capture, inputs, state):
+        t, args = self.trainer, self.args
+        t.mark_hook_ran("casp")
+        active = t.state.global_step >= args.casp_warmup_steps
+        metrics = {"casp/active": (float(active), 1.0)}  # a Python bool: no host read
         if not active:  # warm-up: plain GRPO (the hook ran and chose not to act; logged as casp/active = 0)
+            t.queue_metrics(metrics)
             return logps
-        mask = self._loss_mask(inputs)
-        old = self._old_logps(inputs, logps)
+        mask = t._loss_mask(inputs)
+        old = t._old_logps(inputs, logps)
         hidden = capture.completion_hidden()
         if "casp_forking" in inputs:
             forking, ids = inputs["casp_forking"], inputs["casp_topn_ids"]
             old_topn, is_top1 = inputs["casp_topn_old_logps"], inputs["casp_is_top1"]
         else:  # fully on-policy: the current detached pass is the rollout policy
-            forking, ids, old_topn, is_top1 = self._candidates(hidden, inputs["completion_ids"], capture.entropies, mask)
+            forking, ids, old_topn, is_top1 = self.candidates(hidden, inputs["completion_ids"], capture.entropies, mask)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
 
         # Candidate log-probs with gradient only where the smoothed target acts: forking tokens with A > 0.
@@ -137,8 +134,8 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         # and again in the backward, and every process must take part in both.
         # One host read: the positions of those tokens (`nonzero`), then integer indexing only.
         need = (forking & (advantages > 0) & mask.bool()).nonzero(as_tuple=True)
-        with self._lm_head_weights() as (weight, bias, regather):
-            cur = candidate_logps(hidden[need], weight, bias, ids[need], temperature=self.temperature,
+        with t.lm_head.weights() as (weight, bias, regather):
+            cur = candidate_logps(hidden[need], weight, bias, ids[need], temperature=t.temperature,
                                   regather=regather)
         topn_log_ratio = torch.zeros_like(old_topn).index_put(need, cur - old_topn[need])
         ratio = core_loss.casp_ratio(
@@ -147,9 +144,16 @@ class CaSPTrainer(ExplorationGRPOTrainer):
         )
         valid = mask.bool()
         penalised = forking & is_top1 & (advantages < 0) & valid
-        state.setdefault("metrics", {}).update({  # device scalars, read at the next log
+        metrics.update({  # device scalars, read at the next log
             "casp/forking_frac": ((forking & valid).sum(dtype=torch.float32), valid.sum(dtype=torch.float32)),
             "casp/top1_penalty_frac": (penalised.sum(dtype=torch.float32), valid.sum(dtype=torch.float32)),
         })
+        t.queue_metrics(metrics)
         # TRL forms exp(returned - old): returning old + log(ratio) hands it exactly `ratio`.
         return old + torch.log(ratio)
+
+
+class CaSPTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with CaSP's candidate-aware ratio (the `CaSP` strategy)."""
+
+    method = "casp"

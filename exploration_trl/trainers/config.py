@@ -270,3 +270,20 @@ def check_dynamic_sampling(config):
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ValueError(f"dynamic_sampling_max_rounds is {rounds!r} but must be an integer >= 0: the most extra "
                          "generation rounds per batch (verl's DAPO recipe: 10)")
+
+
+#: The plain trainer's record (`ExplorationGRPOTrainer` registers it, first, as `grpo`).
+GRPO_INFO = MethodInfo(
+    name="grpo", side="none", display="GRPO",
+    summary="TRL's GRPO unchanged, plus exploration metrics",
+    description="Group Relative Policy Optimization: advantages are rewards normalised within the group of "
+                "completions sampled for the same prompt.",
+    paper=arxiv_paper(
+        "shao2024deepseekmath",
+        "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "Shao et al., 2024",
+        ["Zhihong Shao", "Peiyi Wang", "Qihao Zhu", "Runxin Xu", "Junxiao Song", "Xiao Bi", "Haowei Zhang",
+         "Mingchuan Zhang", "Y. K. Li", "Y. Wu", "Daya Guo"], 2024, "2402.03300", "cs.CL"),
+    where="DeepSeekMath GRPO, as TRL 1.16",
+    changes="nothing: exactly TRL's `GRPOTrainer` (tested to 1e-6) plus exploration metrics",
+    knobs_note="TRL's",
+)

@@ -99,11 +99,7 @@ class CorrectnessGuard(TrainerCallback):
 
 def guard_correctness(trainer, rewards: torch.Tensor, correct: torch.Tensor, num_generations: int, method: str,
                       effect: str) -> None:
-    """Record one generation batch's correctness for the trainer's `CorrectnessGuard` (made and registered as a
-    callback on first use). `rewards`, `correct`: the whole batch's, gathered across processes, so every process
+    """Record one generation batch's correctness for the trainer's `CorrectnessGuard` (a callback every trainer
+    registers when it is built). `rewards`, `correct`: the whole batch's, gathered across processes, so every process
     holds the same flags; `effect`: what `method` does when every completion is judged alike, for the warning."""
-    guard = getattr(trainer, "_correctness_guard", None)
-    if guard is None:
-        guard = trainer._correctness_guard = CorrectnessGuard(trainer)
-        trainer.add_callback(guard)
-    guard.update(rewards, correct, num_generations, method, effect)
+    trainer.correctness_guard.update(rewards, correct, num_generations, method, effect)

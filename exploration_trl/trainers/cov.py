@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -11,9 +10,15 @@ import torch
 from ..core import losses as core_loss
 from ..core._utils import broadcast_advantages
 from ..methods import MethodInfo, arxiv_paper, register_method
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_non_negative
 from ..ops.hashing import ID_BITS, stream, unique_keys
-from .cov_global import GlobalCovSelectionMixin, check_cov_selection
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+from .capture import _Capture
+from .cov_global import GlobalCovSelection, check_cov_selection
+from .window_warning import WindowWarning
+from .strategy import LossStrategy
+
+#: Per micro-batch, 1 when Clip-Cov selected no token (no covariance inside its window).
+NO_SELECTION = "clip_cov/no_selection_frac"
 
 #: The paper behind both methods.
 ENTROPY_MECHANISM = arxiv_paper(
@@ -84,40 +89,42 @@ class KLCovConfig(ExplorationGRPOConfig):
              "penalty has no gradient (a warning says so)"),
     knobs_note="(and `steps_per_generation=8×grad_accum`)",
 ))
-class KLCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
+class KLCov(LossStrategy):
     """Loss-side: adds the KL-Cov penalty as an extra per-token term, aggregated like TRL's loss."""
 
     config_class = KLCovConfig
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self._updates_per_rollout() <= 1 and self.args.kl_cov_ratio > 0:
-            warnings.warn(
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.global_selection = GlobalCovSelection(trainer, self._cov_select_global)
+        if trainer._updates_per_rollout() <= 1 and self.args.kl_cov_ratio > 0:
+            trainer.warn_once(
+                "kl_cov_single_update",
                 "kl_cov: every rollout feeds a single optimizer update (steps_per_generation x num_iterations = "
                 "gradient_accumulation_steps), so old log-probs equal current ones, |logp - old_logp| has no gradient "
                 "and KL-Cov trains as unclipped GRPO. Leave steps_per_generation unset (8 x gradient_accumulation_steps, "
-                "as the published recipes) or set num_iterations > 1.", UserWarning, stacklevel=2,
+                "as the published recipes) or set num_iterations > 1.",
             )
 
-    def _needs_loss_capture(self) -> bool:
-        return True
+    def before_loss(self, model, inputs) -> None:
+        if self.global_selection.active:
+            self.global_selection.prepare(model)
 
-    def _extra_per_token_loss(self, inputs, capture: _Capture, state):
-        extra = super()._extra_per_token_loss(inputs, capture, state)
-        self._mark_hook_ran("kl_cov")
+    def extra_loss(self, inputs, capture: _Capture, state):
+        t = self.trainer
+        t.mark_hook_ran("kl_cov")
         logps = capture.logps
-        mask = self._loss_mask(inputs)
-        old = self._old_logps(inputs, logps)
+        mask = t._loss_mask(inputs)
+        old = t._old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
-        chosen = self._global_cov_for(inputs)
+        chosen = t._global_cov_for(inputs)
         if chosen is None:
             selected = core_loss.kl_cov_select(logps.detach(), advantages, mask, self.args.kl_cov_ratio)
             cov = core_loss.token_covariance(logps.detach(), advantages, mask)
         else:
             selected, cov = chosen
-        state.setdefault("metrics", {}).update(_cov_metrics("kl_cov", selected, cov))
-        penalty = self.args.kl_cov_coef * selected.float() * (logps - old).abs()
-        return penalty if extra is None else extra + penalty
+        t.queue_metrics(_cov_metrics("kl_cov", selected, cov))
+        return self.args.kl_cov_coef * selected.float() * (logps - old).abs()
 
     def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: torch.Tensor) -> list[torch.Tensor]:
         """KL-Cov over the step: the `max(1, int(N * kl_cov_ratio))` largest covariances of all N valid tokens."""
@@ -129,8 +136,14 @@ class KLCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
         # Padding holds -inf, so it never enters the k largest of the N >= k valid covariances.
         values = torch.cat([torch.where(t["valid"], c, -float("inf")).reshape(-1) for c, t in zip(covs, terms,
                                                                                                   strict=True)])
-        threshold = self._global_kth(values, k, largest=True)
+        threshold = self.global_selection.global_kth(values, k, largest=True)
         return [t["valid"] & (c >= threshold) for c, t in zip(covs, terms, strict=True)]
+
+
+class KLCovTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with the KL-Cov penalty (the `KLCov` strategy)."""
+
+    method = "kl_cov"
 
 
 @dataclass
@@ -170,76 +183,64 @@ class ClipCovConfig(ExplorationGRPOConfig):
              "is logged (`clip_cov/no_selection_frac`) and warned about once"),
     knobs_note="(and `steps_per_generation=8×grad_accum`)",
 ))
-class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
+class ClipCov(LossStrategy):
     """Loss-side: detaches the selected tokens' log-probs, so TRL's clipped loss has zero gradient there."""
 
     config_class = ClipCovConfig
+    window_warnings = (WindowWarning(NO_SELECTION, lambda trainer, values: _no_selection(trainer),
+                                     applies=lambda trainer: trainer.args.clip_cov_ratio > 0),)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.global_selection = GlobalCovSelection(trainer, self._cov_select_global)
         self._clip_cov_generator = torch.Generator().manual_seed(int(self.args.seed) + 1)
-        self._warned_no_selection = False
 
-    def _needs_loss_capture(self) -> bool:
-        return True
+    def generators(self) -> dict[str, torch.Generator]:
+        return {"_clip_cov_generator": self._clip_cov_generator}  # the name checkpoints since 0.3 hold
 
-    def _transform_policy_logps(self, logps, capture: _Capture, inputs, state):
-        logps = super()._transform_policy_logps(logps, capture, inputs, state)
-        self._mark_hook_ran("clip_cov")
-        args = self.args
-        mask = self._loss_mask(inputs)
-        old = self._old_logps(inputs, logps)
+    def before_loss(self, model, inputs) -> None:
+        if self.global_selection.active:
+            self.global_selection.prepare(model)
+
+    def transform_logps(self, logps, capture: _Capture, inputs, state):
+        t, args = self.trainer, self.args
+        t.mark_hook_ran("clip_cov")
+        mask = t._loss_mask(inputs)
+        old = t._old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
-        chosen = self._global_cov_for(inputs)
+        chosen = t._global_cov_for(inputs)
         if chosen is None:
             selected = core_loss.clip_cov_select(
                 logps.detach(), old, advantages, mask, args.clip_cov_ratio, args.clip_cov_lb, args.clip_cov_ub,
-                self.epsilon_low, self.epsilon_high, generator=self._clip_cov_generator,
+                t.epsilon_low, t.epsilon_high, generator=self._clip_cov_generator,
             )
             cov = core_loss.token_covariance(logps.detach(), advantages, mask)
         else:
             selected, cov = chosen
         metrics = _cov_metrics("clip_cov", selected, cov)
-        metrics["clip_cov/no_selection_frac"] = (1.0 - metrics["clip_cov/cov_threshold"][1], 1.0)
-        state.setdefault("metrics", {}).update(metrics)
+        metrics[NO_SELECTION] = (1.0 - metrics["clip_cov/cov_threshold"][1], 1.0)
+        t.queue_metrics(metrics)
         return torch.where(selected, logps.detach(), logps)
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # The metrics are read here, on the logging step, so the warning needs no host read of its own.
-        self._flush_device_metrics()
-        mode = "train" if self.model.training else "eval"
-        skipped = self._metrics[mode].get("clip_cov/no_selection_frac", [])
-        if any(v > 0 for v in skipped) and self.args.clip_cov_ratio > 0 and not self._warned_no_selection:
-            self._warned_no_selection = True
-            warnings.warn(
-                f"clip_cov: no token of a micro-batch had a covariance in (clip_cov_lb, clip_cov_ub) = "
-                f"({self.args.clip_cov_lb}, {self.args.clip_cov_ub}), so Clip-Cov left that step unchanged (logged "
-                "as clip_cov/no_selection_frac). If it happens on most steps, widen the window.", UserWarning,
-                stacklevel=2,
-            )
-        super().log(logs, start_time)
-
-    def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
-        extras = super()._rollout_extras(batch, capture)
+    def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
         # Each completion's row in the generation batch: the global selection's random keys depend on it only.
         start, stop = batch.process_slice.start, batch.process_slice.stop
-        extras["exploration_row"] = torch.arange(start, stop, device=batch.completion_ids.device)
-        return extras
+        return {"exploration_row": torch.arange(start, stop, device=batch.completion_ids.device)}
 
     def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: torch.Tensor) -> list[torch.Tensor]:
         """Clip-Cov over the step: `max(1, int(N * clip_cov_ratio))` of the step's candidates, uniformly at random:
         the candidates with the smallest keys (`_clip_cov_keys`), exactly that many as the keys never tie."""
-        args = self.args
+        t, args = self.trainer, self.args
         cands, keys = [], []
-        for t, cov in zip(terms, covs, strict=True):
-            inp, lp, valid = t["inputs"], t["lp"], t["valid"]
+        for term, cov in zip(terms, covs, strict=True):
+            inp, lp, valid = term["inputs"], term["lp"], term["valid"]
             old = inp.get("old_per_token_logps")
-            _, log_ratio, a = core_loss._log_ratio_terms(lp, lp if old is None else old, t["a"], valid)
-            pg1, pg2 = core_loss._clipped_surrogates(log_ratio, a, self.epsilon_low, self.epsilon_high)
+            _, log_ratio, a = core_loss._log_ratio_terms(lp, lp if old is None else old, term["a"], valid)
+            pg1, pg2 = core_loss._clipped_surrogates(log_ratio, a, t.epsilon_low, t.epsilon_high)
             cands.append(valid & ~(pg2 > pg1) & (cov > args.clip_cov_lb) & (cov < args.clip_cov_ub))
             keys.append(self._clip_cov_keys(inp["exploration_row"], lp.size(1)))
         local = torch.stack([c.sum() for c in cands]).sum().to(torch.float64).reshape(1)
-        n_cand = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local
+        n_cand = t.accelerator.reduce(local, reduction="sum") if t.accelerator.num_processes > 1 else local
         n, n_cand = (int(x) for x in torch.cat([n.reshape(1), n_cand]).tolist())  # the one host read
         if n == 0 or n_cand == 0:
             return [torch.zeros_like(c) for c in cands]
@@ -247,7 +248,7 @@ class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
         # Non-candidates hold the largest key, so they never enter the n_sel smallest of the n_cand >= n_sel keys.
         never = torch.iinfo(torch.int64).max
         values = torch.cat([torch.where(c, k, never).reshape(-1) for k, c in zip(keys, cands, strict=True)])
-        threshold = self._global_kth(values, n_sel, largest=False)
+        threshold = self.global_selection.global_kth(values, n_sel, largest=False)
         return [c & (k <= threshold) for k, c in zip(keys, cands, strict=True)]
 
     def _clip_cov_keys(self, rows: torch.Tensor, length: int) -> torch.Tensor:
@@ -255,7 +256,7 @@ class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
         same for a token whatever the split over processes and micro-batches, and distinct for distinct tokens."""
         width = self._clip_cov_key_width(length)
         ids = rows.to(torch.int64)[:, None] * width + torch.arange(length, device=rows.device)
-        return unique_keys(ids, stream(int(self.args.seed), int(self.state.global_step)))
+        return unique_keys(ids, stream(int(self.args.seed), int(self.trainer.state.global_step)))
 
     def _clip_cov_key_width(self, length: int) -> int:
         """Positions per row in the token ids of the keys: `max_completion_length` (the same on every process)."""
@@ -266,3 +267,16 @@ class ClipCovTrainer(GlobalCovSelectionMixin, ExplorationGRPOTrainer):
                              f"x max_completion_length ({width}) is larger. Use cov_selection: local, or a smaller "
                              "generation batch")
         return width
+
+
+def _no_selection(trainer) -> str:
+    a = trainer.args
+    return (f"clip_cov: no token of a micro-batch had a covariance in (clip_cov_lb, clip_cov_ub) = ({a.clip_cov_lb}, "
+            f"{a.clip_cov_ub}), so Clip-Cov left that step unchanged (logged as {NO_SELECTION}). If it happens on most "
+            "steps, widen the window.")
+
+
+class ClipCovTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with Clip-Cov's gradient cut (the `ClipCov` strategy)."""
+
+    method = "clip_cov"

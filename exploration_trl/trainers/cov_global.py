@@ -29,10 +29,9 @@ from ..core import losses as core_loss
 from ..core._utils import as_valid, broadcast_advantages
 from ._collectives import gather_rows
 from .config import check_choice
+from .rollout import MULTIMODAL_KEYS
 
 COV_SELECTIONS = ("local", "global")
-_MM_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
-            "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
 
 
 def check_cov_selection(config):
@@ -45,71 +44,79 @@ def check_cov_selection(config):
                              "come from one generation batch; change steps_per_generation or use cov_selection: local")
 
 
-class GlobalCovSelectionMixin:
-    """Prepares the step's selection masks before TRL's loss runs on the step's first micro-batch."""
+class GlobalCovSelection:
+    """One KL-Cov / Clip-Cov strategy's step-wide selection (module docstring). `select(terms, covs, n)` is the
+    method's own rule: the step's masks from every micro-batch's terms, covariances and the step's valid tokens."""
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.model.training and self.args.cov_selection == "global":
-            self._prepare_global_cov(model)
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+    def __init__(self, trainer, select):
+        self.trainer = trainer
+        self.select = select
+        self.step_masks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _global_cov_for(self, inputs) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """`(selected, cov)` of the micro-batch now in the loss, or None under `cov_selection: local` / eval."""
-        if not self.model.training or self.args.cov_selection != "global":
-            return None
-        return self._cov_step_masks[self._step]
+    @property
+    def active(self) -> bool:
+        t = self.trainer
+        return t.model.training and t.args.cov_selection == "global"
 
-    # ------------------------------------------------------------------ the step's pre-pass
-    def _cov_ratio(self) -> float:
-        raise NotImplementedError
-
-    def _prepare_global_cov(self, model):
-        masks = getattr(self, "_cov_step_masks", {})
-        if self._step in masks:
+    def prepare(self, model) -> None:
+        """On a step's first micro-batch: one no-grad forward over the step's micro-batches, then the selection."""
+        t = self.trainer
+        step = t.rollout_buffer()[0]
+        if step in self.step_masks:
             return
-        ga, spg = self.current_gradient_accumulation_steps, self.args.steps_per_generation
-        steps = [self._step + j for j in range(ga)]
-        micro = [self._buffered_inputs[s % spg] for s in steps]
+        ga = t.current_gradient_accumulation_steps
+        steps = [step + j for j in range(ga)]
+        micro = t.buffered_micro_batches(steps)
         with torch.no_grad():
-            logps = [self._cov_current_logps(model, inp) for inp in micro]
-        terms = [self._cov_terms(inp, lp) for inp, lp in zip(micro, logps, strict=True)]
+            logps = [self.current_logps(model, inp) for inp in micro]
+        terms = [self.terms(inp, lp) for inp, lp in zip(micro, logps, strict=True)]
         dev = logps[0].device
         local = torch.zeros(3, dtype=torch.float64, device=dev)
-        for lp, a, valid in ((t["lp"], t["a"], t["valid"]) for t in terms):
+        for lp, a, valid in ((t_["lp"], t_["a"], t_["valid"]) for t_ in terms):
             at = valid.reshape(-1).nonzero().squeeze(1)  # a host read: the sums below add exactly these tokens
             local += torch.stack([lp.reshape(-1)[at].double().sum(), a.reshape(-1)[at].double().sum(),
                                   valid.sum().double()])
-        total = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local
+        total = t.accelerator.reduce(local, reduction="sum") if t.accelerator.num_processes > 1 else local
         count = total[2].clamp(min=1.0)
         means = ((total[0] / count).float(), (total[1] / count).float())
-        covs = [core_loss.token_covariance(t["lp"], t["a"], t["valid"], means=means) for t in terms]
-        selected = self._cov_select_global(terms, covs, total[2])
-        self._cov_step_masks = {s: (sel, cov) for s, sel, cov in zip(steps, selected, covs, strict=True)}
+        covs = [core_loss.token_covariance(t_["lp"], t_["a"], t_["valid"], means=means) for t_ in terms]
+        selected = self.select(terms, covs, total[2])
+        self.step_masks = {s: (sel, cov) for s, sel, cov in zip(steps, selected, covs, strict=True)}
 
-    def _cov_current_logps(self, model, inp) -> torch.Tensor:
+    def for_inputs(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`(selected, cov)` of the micro-batch now in the loss, or None under `cov_selection: local` / eval."""
+        if not self.active:
+            return None
+        return self.step_masks[self.trainer.rollout_buffer()[0]]
+
+    def current_logps(self, model, inp) -> torch.Tensor:
         """The current policy's log-probs of one buffered micro-batch, as TRL's `_compute_loss` computes them."""
         input_ids = torch.cat([inp["prompt_ids"], inp["completion_ids"]], dim=1)
         attention_mask = torch.cat([inp["prompt_mask"], inp["completion_mask"]], dim=1)
-        logps, _, _ = self._get_per_token_logps_and_entropies(
+        logps, _, _ = self.trainer.forward_logps(
             model, input_ids, attention_mask, inp["completion_ids"].size(1),
-            **{k: inp[k] for k in _MM_KEYS if k in inp},
+            **{k: inp[k] for k in MULTIMODAL_KEYS if k in inp},
         )
         return logps
 
-    def _cov_terms(self, inp, lp: torch.Tensor) -> dict:
-        valid = as_valid(self._loss_mask(inp))
+    def terms(self, inp, lp: torch.Tensor) -> dict:
+        valid = as_valid(self.trainer._loss_mask(inp))
         return {"lp": lp.float(), "a": broadcast_advantages(inp["advantages"], lp.shape).float(), "valid": valid,
                 "inputs": inp}
 
-    def _global_kth(self, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
-        """The k-th largest (smallest) of `values` over every process, a device scalar: each process sends only its
-        own k best (padded with the dtype's extreme, which never reaches the k-th place while k <= the number of
-        real values over all processes), in `values`' own dtype."""
-        fill = _extreme(values.dtype, lowest=largest)
-        mine = torch.topk(values, min(k, values.numel()), largest=largest).values
-        mine = torch.cat([mine, mine.new_full((k - mine.numel(),), fill)])[None]
-        every = gather_rows(mine, self.accelerator.num_processes).reshape(-1)
-        return torch.topk(every, k, largest=largest).values[-1]
+    def global_kth(self, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
+        return _global_kth(self.trainer, values, k, largest)
+
+
+def _global_kth(trainer, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
+    """The k-th largest (smallest) of `values` over every process of `trainer.accelerator`, a device scalar: each
+    process sends only its own k best (padded with the dtype's extreme, which never reaches the k-th place while k <=
+    the number of real values over all processes), in `values`' own dtype."""
+    fill = _extreme(values.dtype, lowest=largest)
+    mine = torch.topk(values, min(k, values.numel()), largest=largest).values
+    mine = torch.cat([mine, mine.new_full((k - mine.numel(),), fill)])[None]
+    every = gather_rows(mine, trainer.accelerator.num_processes).reshape(-1)
+    return torch.topk(every, k, largest=largest).values[-1]
 
 
 def _extreme(dtype: torch.dtype, lowest: bool):

@@ -21,7 +21,9 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 
-__all__ = ["DivergenceMixin", "DivergenceWarning", "check_divergence_config", "detect_divergence"]
+from transformers import TrainerCallback
+
+__all__ = ["DivergenceCallback", "DivergenceWarning", "check_divergence_config", "detect_divergence"]
 
 
 class DivergenceWarning(UserWarning):
@@ -77,24 +79,21 @@ def detect_divergence(history: Sequence[Mapping], window_steps: int = 20, entrop
     return None
 
 
-class DivergenceMixin:
-    """Checks the training history after each log (see the module docstring); mixed into `ExplorationGRPOTrainer`.
+class DivergenceCallback(TrainerCallback):
+    """Checks the training history after each training log (module docstring). transformers' `Trainer.log` appends
+    the averaged metrics to `state.log_history` before it calls `on_log`, so the check sees the entry just logged."""
 
-    Overrides `log` narrowly: TRL's `GRPOTrainer.log` appends the averaged metrics to `state.log_history` via
-    transformers' `Trainer.log`, and the check reads them after `super().log`."""
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.note: str | None = None  # the sentence, once the run diverged (the card prints it)
 
-    divergence: str | None = None
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        super().log(logs, start_time)
-        args = self.args
+    def on_log(self, args, state, control, logs=None, **kwargs):
         window = int(getattr(args, "divergence_window", 0) or 0)
-        if self.divergence is not None or window <= 0 or not self.model.training:
+        if self.note is not None or window <= 0 or not self.trainer.model.training:
             return
         logging_steps = args.logging_steps if isinstance(args.logging_steps, int) or args.logging_steps >= 1 else 1
-        note = detect_divergence(self.state.log_history, window, float(args.divergence_entropy_factor),
-                                 int(logging_steps))
+        note = detect_divergence(state.log_history, window, float(args.divergence_entropy_factor), int(logging_steps))
         if note is not None:
-            self.divergence = note
-            if self.is_world_process_zero():
+            self.note = note
+            if self.trainer.is_world_process_zero():
                 warnings.warn(note, DivergenceWarning, stacklevel=2)

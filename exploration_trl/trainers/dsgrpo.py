@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -13,6 +12,8 @@ from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
+from .window_warning import WindowWarning
+from .strategy import AdvantageStrategy
 
 #: The share of (process, generation batch) pairs whose smoothing shift outweighed GRPO's advantages.
 SHIFT_EXCEEDS = "dsgrpo/shift_exceeds_advantage_frac"
@@ -69,40 +70,42 @@ class DSGRPOConfig(ExplorationGRPOConfig):
     changes=("entropy bonus on correct completions (`A − γp·log π_old(y|x)`), penalty on wrong ones (`A + γn·log "
              "π_old(y|x)`), the trajectory's log-prob, one shift for all its tokens"),
 ))
-class DSGRPOTrainer(ExplorationGRPOTrainer):
+class DSGRPO(AdvantageStrategy):
     """Advantage-side: differential smoothing with the rollout policy's log-probabilities."""
 
     config_class = DSGRPOConfig
+    window_warnings = (WindowWarning(SHIFT_EXCEEDS, lambda trainer, values: _shift_dominates(trainer),
+                                     modes=("train",)),)
 
-    def _needs_rollout_logps(self) -> bool:
+    def needs_rollout_logps(self) -> bool:
         return True
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        advantages = super()._compute_advantages(batch)
-        self._mark_hook_ran("dsgrpo")
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t, args = self.trainer, self.args
+        t.mark_hook_ran("dsgrpo")
         rewards = batch.local_rewards
         mask = batch.completion_mask
         new = core_adv.dsgrpo_advantages(
             advantages, rewards, batch.completion_logps, mask,
-            gamma_p=self.args.ds_gamma_p, gamma_n=self.args.ds_gamma_n,
-            correct_threshold=self.args.correct_reward_threshold, granularity=self.args.ds_logp_granularity,
+            gamma_p=args.ds_gamma_p, gamma_n=args.ds_gamma_n,
+            correct_threshold=args.correct_reward_threshold, granularity=args.ds_logp_granularity,
         )
         # Per-token change on valid tokens (a sequence-level change counts once per token of its row).
         shape = mask.shape
         delta = (broadcast_advantages(new, shape) - broadcast_advantages(advantages, shape)) * mask
-        right = is_correct(rewards, self.args.correct_reward_threshold)[:, None]
-        guard_correctness(self, batch.rewards, is_correct(batch.rewards, self.args.correct_reward_threshold),
+        right = is_correct(rewards, args.correct_reward_threshold)[:, None]
+        guard_correctness(t, batch.rewards, is_correct(batch.rewards, args.correct_reward_threshold),
                           batch.num_generations, "dsgrpo", "DS-GRPO gives every completion the same side of its "
                           "smoothing (the bonus of correct ones, or the penalty of wrong ones)")
         valid = mask.bool()
         correct, wrong = right & valid, ~right & valid
         # Sums and counts on the device, reduced across processes and read at the next log (no host read here): mean
         # bonus on correct tokens, mean penalty on wrong tokens, the size of the shift against GRPO's advantages, and
-        # whether the shift outweighed them on this process and step (the warning's trigger, read in `log`).
+        # whether the shift outweighed them on this process and step (the warning's trigger, read at the log).
         shift_abs = masked_sum(delta.abs(), valid)
         adv_abs = masked_sum(broadcast_advantages(advantages, shape).abs(), valid)
         n_valid = valid.sum()
-        self._log_device_metrics({
+        t.queue_metrics({
             "dsgrpo/bonus_mean": (masked_sum(delta, correct), correct.sum()),
             "dsgrpo/penalty_mean": (masked_sum(delta, wrong), wrong.sum()),
             "dsgrpo/shift_abs_mean": (shift_abs, n_valid),
@@ -111,25 +114,26 @@ class DSGRPOTrainer(ExplorationGRPOTrainer):
         })
         return new
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        self._flush_device_metrics()  # the window's values reach `_metrics` (what the base class's `log` does first)
-        window = self._metrics["train"]
-        if not getattr(self, "_warned_shift", False) and any(v > 0 for v in window.get(SHIFT_EXCEEDS, [])):
-            self._warn_shift_dominates(*(_window_mean(window, name) for name in (
-                SHIFT_EXCEEDS, "dsgrpo/shift_abs_mean", "dsgrpo/advantage_abs_mean")))
-        super().log(logs, start_time)
 
-    def _warn_shift_dominates(self, frac: float, shift: float, adv: float):
-        """Once per run: the smoothing term outweighed GRPO's advantages (the trajectory log-prob grows with length)."""
-        self._warned_shift = True
-        warnings.warn(
-            f"DS-GRPO: the smoothing shift outweighed GRPO's advantages on {frac:.0%} of the generation batches since "
-            f"the last log (their means: |gamma * L| {shift:.3g} per token, |A| {adv:.3g}). With ds_logp_granularity="
-            f"{self.args.ds_logp_granularity} L is "
-            + ("the completion's log-probability, a sum that grows with its length, so long completions are ranked "
-               "by log-probability more than by reward. " if self.args.ds_logp_granularity == "sequence_sum" else
-               "the rollout log-probability. ")
-            + "Lower ds_gamma_p / ds_gamma_n, or set ds_logp_granularity: sequence_mean or token (README). Shown "
-            f"once; logged every step as dsgrpo/shift_abs_mean, dsgrpo/advantage_abs_mean and {SHIFT_EXCEEDS}.",
-            UserWarning, stacklevel=2,
-        )
+def _shift_dominates(trainer) -> str:
+    """The smoothing term outweighed GRPO's advantages (the trajectory log-prob grows with length)."""
+    window = trainer.metrics_window("train")
+    frac, shift, adv = (_window_mean(window, name) for name in (
+        SHIFT_EXCEEDS, "dsgrpo/shift_abs_mean", "dsgrpo/advantage_abs_mean"))
+    granularity = trainer.args.ds_logp_granularity
+    return (
+        f"DS-GRPO: the smoothing shift outweighed GRPO's advantages on {frac:.0%} of the generation batches since "
+        f"the last log (their means: |gamma * L| {shift:.3g} per token, |A| {adv:.3g}). With ds_logp_granularity="
+        f"{granularity} L is "
+        + ("the completion's log-probability, a sum that grows with its length, so long completions are ranked "
+           "by log-probability more than by reward. " if granularity == "sequence_sum" else
+           "the rollout log-probability. ")
+        + "Lower ds_gamma_p / ds_gamma_n, or set ds_logp_granularity: sequence_mean or token (README). Shown "
+        f"once; logged every step as dsgrpo/shift_abs_mean, dsgrpo/advantage_abs_mean and {SHIFT_EXCEEDS}."
+    )
+
+
+class DSGRPOTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with DS-GRPO's differential smoothing (the `DSGRPO` strategy)."""
+
+    method = "dsgrpo"

@@ -10,8 +10,10 @@ import torch
 from ..core import bonuses as core_bonus
 from ..core._utils import as_valid, broadcast_advantages, masked_sum
 from ..methods import MethodInfo, arxiv_paper, register_method
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, _Capture, check_non_negative
-from .metrics_logging import WindowWarning
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, check_non_negative
+from .capture import _Capture
+from .window_warning import WindowWarning
+from .strategy import LossStrategy
 
 #: Per micro-batch, 1 when the term added nothing to any token (every advantage 0, or alpha 0).
 NO_TERM = "entropy_adv/no_term_frac"
@@ -65,7 +67,7 @@ def _no_term(trainer, values: list[float]) -> str:
     changes=("every token's advantage `A + min(α·H_t, |A|/κ)`, `H_t` the current policy's token entropy from the "
              "loss's own forward pass, detached; never flips a sign"),
 ))
-class EntropyAdvTrainer(ExplorationGRPOTrainer):
+class EntropyAdv(LossStrategy):
     """Loss-side: replaces the micro-batch's advantages by the per-token shaped ones (`core.entropy_shaped_advantages`)
     between TRL's forward pass and its loss, with the entropies that pass computed (no second pass, no
     `(B, T, vocab)` tensor of our own)."""
@@ -73,14 +75,10 @@ class EntropyAdvTrainer(ExplorationGRPOTrainer):
     config_class = EntropyAdvConfig
     window_warnings = (WindowWarning(NO_TERM, _no_term),)
 
-    def _needs_loss_capture(self) -> bool:
-        return True
-
-    def _transform_policy_logps(self, logps, capture: _Capture, inputs, state):
-        logps = super()._transform_policy_logps(logps, capture, inputs, state)
-        self._mark_hook_ran("entropy_adv")
-        a = self.args
-        mask = self._loss_mask(inputs)
+    def transform_logps(self, logps, capture: _Capture, inputs, state):
+        t, a = self.trainer, self.args
+        t.mark_hook_ran("entropy_adv")
+        mask = t._loss_mask(inputs)
         advantages = inputs["advantages"]
         shaped = core_bonus.entropy_shaped_advantages(advantages, capture.entropies, mask, a.entropy_adv_alpha,
                                                       a.entropy_adv_kappa)
@@ -96,7 +94,7 @@ class EntropyAdvTrainer(ExplorationGRPOTrainer):
         moved = valid & (base != 0)
         capped = moved & (a.entropy_adv_alpha * capture.entropies.detach().float() >= base.abs() / a.entropy_adv_kappa)
         n_valid = valid.sum(dtype=torch.float32)
-        state.setdefault("metrics", {}).update({  # device scalars, read at the next log
+        t.queue_metrics({  # device scalars, read at the next log
             "entropy_adv/term_mean": (masked_sum(psi, valid), n_valid),
             "entropy_adv/term_ratio_mean": (masked_sum(psi / base.abs().clamp(min=1e-12), moved),
                                             moved.sum(dtype=torch.float32)),
@@ -104,3 +102,9 @@ class EntropyAdvTrainer(ExplorationGRPOTrainer):
             NO_TERM: ((masked_sum(psi, valid) == 0).float(), 1.0),
         })
         return logps
+
+
+class EntropyAdvTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with the entropy-based advantage (the `EntropyAdv` strategy)."""
+
+    method = "entropy_adv"

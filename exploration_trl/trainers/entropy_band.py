@@ -100,9 +100,8 @@ class EntropyBandCallback(TrainerCallback):
         self.outside = 0
         self.warned = False
         if self.knob == "entropy_coef":
-            # TRL 1.16 decides once, at init, whether its entropy bonus is on (`_entropy_bonus_enabled`) and reads
-            # `self.entropy_coef` on every micro-batch; a controlled coefficient must keep the bonus on.
-            trainer._entropy_bonus_enabled = True
+            # A controlled coefficient must keep TRL's entropy bonus on (the TRL adapter's `enable_entropy_bonus`).
+            trainer.enable_entropy_bonus()
         self._set(getattr(args, self.knob))
 
     def _get(self) -> float:
@@ -117,8 +116,7 @@ class EntropyBandCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         t = self.trainer
-        metrics = t._metrics["train"]
-        window = metrics.get("entropy", [])[-max(int(t.current_gradient_accumulation_steps), 1):]
+        window = t.metrics_window("train").get("entropy", [])[-max(int(t.current_gradient_accumulation_steps), 1):]
         if not window:
             return
         entropy = sum(window) / len(window)
@@ -127,7 +125,7 @@ class EntropyBandCallback(TrainerCallback):
         new = entropy_band_update(old, entropy, low, high, KNOBS[self.knob], args.entropy_band_rate,
                                   args.entropy_band_min, args.entropy_band_max)
         self._set(new)
-        metrics[f"entropy_band/{self.knob}"].append(new)
+        t.queue_metrics({f"entropy_band/{self.knob}": (new, 1.0)}, reduce=False)  # logged with this step's log
         self.outside = 0 if low <= entropy <= high else self.outside + 1
         if self.outside >= args.entropy_band_patience and not self.warned:
             self.warned = True

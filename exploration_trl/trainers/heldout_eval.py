@@ -36,11 +36,12 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-__all__ = ["HeldoutEvalMixin", "check_heldout_config", "heldout_metrics", "passk_confidence_interval"]
+__all__ = ["HeldoutEval", "eval_strategy_lifted", "check_heldout_config", "heldout_metrics", "passk_confidence_interval"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,59 +126,41 @@ def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: s
     return out
 
 
-class HeldoutEvalMixin:
-    """Mixed into `ExplorationGRPOTrainer` before `GRPOTrainer`; see the module docstring."""
-
-    heldout_benchmark = None  # a `Benchmark`; set from `args.eval_benchmark` or directly
-
-    def __init__(self, *args, heldout_benchmark=None, **kwargs):
-        import inspect
-
-        from trl import GRPOTrainer
-
-        bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
-        targs, has_eval_data = bound.get("args"), bound.get("eval_dataset") is not None
-        configured = heldout_benchmark is not None or getattr(targs, "eval_benchmark", None) is not None
-        lift = (targs is not None and configured and not has_eval_data
-                and str(getattr(targs.eval_strategy, "value", targs.eval_strategy)) != "no")
-        saved = targs.eval_strategy if lift else None
+@contextmanager
+def eval_strategy_lifted(targs, has_eval_data: bool, configured: bool):
+    """While TRL's `__init__` runs, set `eval_strategy` to "no" when a held-out benchmark replaces the
+    `eval_dataset` transformers would ask for (module docstring), and restore it after."""
+    lift = (targs is not None and configured and not has_eval_data
+            and str(getattr(targs.eval_strategy, "value", targs.eval_strategy)) != "no")
+    saved = targs.eval_strategy if lift else None
+    if lift:
+        targs.eval_strategy = "no"
+    try:
+        yield
+    finally:
         if lift:
-            targs.eval_strategy = "no"  # transformers' "eval_strategy without eval_dataset" check (module docstring)
-        try:
-            super().__init__(*args, **kwargs)
-        finally:
-            if lift:
-                targs.eval_strategy = saved
-        self.heldout_seconds: list[float] = []
-        if heldout_benchmark is not None:
-            self.heldout_benchmark = heldout_benchmark
-        elif getattr(self.args, "eval_benchmark", None) is not None:
+            targs.eval_strategy = saved
+
+
+class HeldoutEval:
+    """One trainer's held-out evaluation (module docstring): its benchmark, and what each evaluation took and found."""
+
+    def __init__(self, trainer, benchmark=None):
+        self.trainer = trainer
+        self.seconds: list[float] = []
+        self.correct_counts: list[int] | None = None  # correct samples per problem at the last evaluation
+        self.benchmark = benchmark
+        args = trainer.args
+        if benchmark is None and getattr(args, "eval_benchmark", None) is not None:
             from ..eval import EvalError
             from ..eval.benchmarks import load_benchmark
 
             try:
-                self.heldout_benchmark = load_benchmark(self.args.eval_benchmark, limit=self.args.eval_num_problems)
+                self.benchmark = load_benchmark(args.eval_benchmark, limit=args.eval_num_problems)
             except EvalError as e:  # unknown name, missing file or column
-                raise ValueError(f"eval_benchmark {self.args.eval_benchmark!r}: {str(e).splitlines()[0]}") from None
+                raise ValueError(f"eval_benchmark {args.eval_benchmark!r}: {str(e).splitlines()[0]}") from None
 
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        if self.heldout_benchmark is None:
-            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
-        metrics: dict[str, float] = {}
-        if eval_dataset is not None or self.eval_dataset is not None:
-            metrics.update(super().evaluate(eval_dataset, ignore_keys, metric_key_prefix))
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            held = self.heldout_evaluate(metric_key_prefix)
-            self.log(dict(held))
-        finally:
-            self.model.train(was_training)
-        metrics.update(held)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        return metrics
-
-    def heldout_evaluate(self, prefix: str = "eval") -> dict[str, float]:
+    def evaluate(self, prefix: str = "eval") -> dict[str, float]:
         """Sample, grade and summarise the held-out benchmark with the current policy (every process must call it)."""
         from accelerate.utils import gather_object
         from trl.models import unwrap_model_for_generation
@@ -186,26 +169,27 @@ class HeldoutEvalMixin:
         from ..eval.harness import _grade
         from ..rewards import get_reward
 
-        bench, args = self.heldout_benchmark, self.args
+        t = self.trainer
+        bench, args = self.benchmark, t.args
         n = int(getattr(args, "eval_n", 64) or 64)
         ks = parse_eval_ks(getattr(args, "eval_ks", None), n)
         temperature = getattr(args, "eval_temperature", None) or args.temperature
         top_p = float(getattr(args, "eval_top_p", 1.0))
         max_tokens = int(getattr(args, "eval_max_tokens", None) or args.max_completion_length)
         batch = int(getattr(args, "eval_generation_batch_size", 256))
-        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        rank, world = t.accelerator.process_index, t.accelerator.num_processes
         mine = list(range(rank, len(bench.records), world))
         reward_fn = get_reward(bench.reward, **bench.reward_kwargs)
         seed = int(args.seed if getattr(args, "eval_seed", None) is None else args.eval_seed)
         sampling = {"benchmark": bench.name, "n": n, "temperature": temperature, "top_p": top_p,
-                    "max_tokens": max_tokens, "seed": seed, "step": self.state.global_step}
+                    "max_tokens": max_tokens, "seed": seed, "step": t.state.global_step}
         started = time.perf_counter()
         rows = []
-        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+        with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
                                          gather_deepspeed3_params=args.ds3_gather_for_generation,
                                          gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model, \
                 torch.no_grad():
-            generator = TransformersGenerator((model, self.processing_class))
+            generator = TransformersGenerator((model, t.processing_class))
             per_call = max(1, batch // n)
             for start in range(0, len(mine), per_call):
                 idx = mine[start:start + per_call]
@@ -222,10 +206,10 @@ class HeldoutEvalMixin:
             rows = [r for part in gather_object([rows]) for r in part]
         rows.sort(key=lambda r: r["index"])
         seconds = time.perf_counter() - started
-        self.heldout_seconds.append(seconds)
+        self.seconds.append(seconds)
         # Correct samples per problem, in benchmark order: what a per-problem analysis needs (e.g. a bootstrap over
         # problems), kept until the next evaluation.
-        self.heldout_correct_counts = [int(sum(bool(x) for x in r["correct"])) for r in rows]
+        self.correct_counts = [int(sum(bool(x) for x in r["correct"])) for r in rows]
         out = heldout_metrics(rows, ks, bench.answer_type, prefix)
         out[f"{prefix}_heldout_seconds"] = seconds
         return out

@@ -13,7 +13,8 @@ from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
 from .config import check_sum_then_normalize
 from .correctness_guard import guard_correctness
-from .metrics_logging import WindowWarning
+from .window_warning import WindowWarning
+from .strategy import AdvantageStrategy
 
 #: 1 for a generation batch whose advantages were all 0 (every group all correct or all wrong).
 ZERO_BATCH = "maxrl/zero_advantage_batch_frac"
@@ -64,25 +65,31 @@ def _zero_batches(trainer, values: list[float]) -> str:
              "ε)`: correct `G/K − 1`, wrong `−1`, a group without a correct completion 0; correctness by "
              "`correct_reward_threshold`"),
 ))
-class MaxRLTrainer(ExplorationGRPOTrainer):
+class MaxRL(AdvantageStrategy):
     """Advantage-side: MaxRL's mean-normalised advantages from each group's correct count (`core.maxrl_advantages`)."""
 
     config_class = MaxRLConfig
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        super()._compute_advantages(batch)  # TRL's advantages are replaced, not shifted
-        self._mark_hook_ran("maxrl")
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t = self.trainer  # TRL's advantages are replaced, not shifted
+        t.mark_hook_ran("maxrl")
         rewards, g = batch.rewards, batch.num_generations
         correct = is_correct(rewards, self.args.correct_reward_threshold)
-        guard_correctness(self, rewards, correct, g, "maxrl", "MaxRL's advantages are all 0 and it learns nothing")
+        guard_correctness(t, rewards, correct, g, "maxrl", "MaxRL's advantages are all 0 and it learns nothing")
         valid = ~torch.isnan(rewards)
         adv = core_est.maxrl_advantages(correct, g, valid=valid, eps=self.args.maxrl_eps)
         groups = (correct & valid).view(-1, g)
         local = adv.to(batch.advantages.device)[batch.process_slice]
-        self._log_device_metrics({  # global already (the gathered rewards): kept on the device until the log
+        t.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
             "maxrl/zero_mean_groups": ((~groups.any(dim=1)).sum(), groups.size(0)),
             "maxrl/adv_correct_mean": (masked_sum(adv, correct & valid), (correct & valid).sum()),
             ZERO_BATCH: ((adv == 0).all().double(), 1.0),
         }, reduce=False)
         return local
+
+
+class MaxRLTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with MaxRL's advantages (the `MaxRL` strategy)."""
+
+    method = "maxrl"

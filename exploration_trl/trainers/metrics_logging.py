@@ -1,25 +1,25 @@
-"""Exploration metrics of `ExplorationGRPOTrainer` (`ExplorationMetricsMixin`), logged with TRL's own metrics:
-pass@G and distinct completions per group from the rollout; entropy on correct vs wrong completions, Λ(1..3),
-Λ(sample) and the branching factor from the loss pass TRL already runs.
+"""The one way the package logs a metric (`ExplorationMetrics`, a component of the trainer): a `{name: (sum,
+count)}` dict queued on the device (`trainer.queue_metrics`) and read at the next log, with TRL's own metrics, after one
+reduce across processes and one device-to-host copy. Every method, component and callback logs this way.
 
-No metric reads the device on a training step: each value stays a device tensor until the step that logs, where all
-of them are reduced across processes and copied to the host together (`_flush_device_metrics`, one transfer).
+It also computes the exploration metrics: pass@G and distinct completions per group from the rollout; entropy on
+correct vs wrong completions, Λ(1..3), Λ(sample) and the branching factor from the loss pass TRL already runs; and it
+gives the warnings that are decided from a metric's window, once per run (`WindowWarning`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ..ops.hashing import mix64
 from ..ops.lm_head import metric_chunk_rows, token_statistics
 from ..rewards._base import is_correct
+from ._collectives import gather_rows
 from .capture import _Capture
 from .metric_queue import MetricQueue
+from .window_warning import WindowWarning
 from .rollout import RolloutBatch
 
 #: Pending device metrics are copied to the host at the next log, or once this many are waiting (e.g. with
@@ -27,153 +27,124 @@ from .rollout import RolloutBatch
 MAX_PENDING_METRICS = 4096
 
 
-def _some_positive(values: list[float]) -> bool:
-    return any(v > 0 for v in values)
+class ExplorationMetrics:
+    """The metric queue, the exploration metrics and the window warnings of one trainer."""
 
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.queue = MetricQueue()
+        self.pending_advantages: list[torch.Tensor] = []
+        self.given: set[str] = set()
+        # A private generator keeps the global RNG (sampling, shuffling) exactly as TRL's.
+        self.generator = torch.Generator().manual_seed(int(trainer.args.seed))
 
-@dataclass(frozen=True)
-class WindowWarning:
-    """A warning given once per run, at a logging step, when one metric's values over the logging window call for
-    it. It is read with the other metrics at the log (no host read of its own). A trainer class declares its
-    own in `window_warnings`; `message(trainer, values)` writes the text."""
+    # ------------------------------------------------------------------------------------------ the one idiom
+    def add(self, metrics: dict, reduce: bool = True) -> None:
+        """Queue `{name: (sum, count)}` (device scalars or numbers) for the next log; `reduce=False`: global already."""
+        self.queue.add("train" if self.trainer.model.training else "eval", metrics, reduce)
+        if len(self.queue) >= MAX_PENDING_METRICS:
+            self.flush()
 
-    metric: str
-    message: Callable[[Any, list[float]], str]
-    when: Callable[[list[float]], bool] = _some_positive
+    def note(self, name: str, value: float) -> None:
+        """Append a number the host already knows (e.g. a count of this process's batches) to TRL's metric window
+        now: no device value to read and nothing to reduce, so it needs no queue."""
+        self.trainer.metrics_window("train" if self.trainer.model.training else "eval")[name].append(value)
 
-
-class ExplorationMetricsMixin:
-    """Metric logging; every value is reduced across processes, so all processes log alike."""
-
-    def _replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch):
-        """TRL logs GRPO's advantages in `_logs["advantages"]` for its completions table; show the final ones
-        instead. Gathered now (a collective, at the same point on every process), read at the next log.
-
-        TRL reads `_logs` only when `log_completions` is on (its `log`), so otherwise nothing is done."""
-        if not self.log_completions:
+    def flush(self) -> None:
+        """Append every queued metric's global mean to TRL's metric window (one reduce, one device-to-host copy).
+        Collective: every process calls it (from `log`, which every process runs at the same steps)."""
+        if not self.queue:
             return
+        t = self.trainer
+
+        def reduce_sum(x):
+            return t.accelerator.reduce(x, reduction="sum") if t.accelerator.num_processes > 1 else x
+
+        for mode, name, value in self.queue.drain(t.accelerator.device, reduce_sum):
+            t.metrics_window(mode)[name].append(value)
+
+    def warn_declared(self) -> None:
+        """`warn` the trainer's declared warnings: the rollout's, its strategies' and a 0.7-form class's."""
+        t = self.trainer
+        declared = list(t.rollout.window_warnings)
+        for strategy in t.strategies:
+            declared.extend(strategy.window_warnings)
+        for cls in type(t).__mro__:
+            declared.extend(cls.__dict__.get("window_warnings", ()))
+        self.warn(declared)
+
+    def warn(self, declared: list[WindowWarning]) -> None:
+        """Give each declared `WindowWarning` whose metric calls for it this window, once per run (the main process
+        writes it; every process marks it given)."""
+        t = self.trainer
+        mode = "train" if t.model.training else "eval"
+        window = t.metrics_window(mode)
+        for w in declared:
+            values = window.get(w.metric) or []  # `.get`: reading adds no empty list for TRL to average
+            if w.metric in self.given or mode not in w.modes or not values or not w.when(values) or not w.applies(t):
+                continue
+            self.given.add(w.metric)
+            if t.accelerator.is_main_process:
+                warnings.warn(w.message(t, values), UserWarning, stacklevel=4)
+
+    # ------------------------------------------------------------------------------- TRL's completions table
+    def replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch, maxlen: int | None):
+        """TRL logs GRPO's advantages for its completions table (`log_completions`); show the final ones instead.
+        Gathered now (a collective, at the same point on every process), written at the next log."""
         if advantages.dim() == 2:
             mask = batch.completion_mask.float()
             advantages = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        pending = self.__dict__.setdefault("_pending_logged_advantages", [])
-        pending.append(self._gather(advantages.float()))
+        pending = self.pending_advantages
+        pending.append(gather_rows(advantages.float(), self.trainer.accelerator.num_processes))
         # Keep no more batches than TRL's deque can still show (it keeps the last `maxlen` values).
-        maxlen = self._logs["advantages"].maxlen
         while maxlen is not None and len(pending) > 1 and sum(t.numel() for t in pending[1:]) >= maxlen:
             pending.pop(0)
 
-    def _write_logged_advantages(self):
-        """Replace the newest values of TRL's advantage log by the final advantages of the same completions (TRL
-        added one value per completion of each batch, in the same order)."""
-        pending = self.__dict__.pop("_pending_logged_advantages", None)
-        if not pending:
-            return
-        logged = self._logs["advantages"]
-        final = torch.cat(pending).tolist()[-len(logged):] if logged else []
-        for _ in range(len(final)):
-            logged.pop()
-        logged.extend(final)
+    def final_advantages(self, shown: int) -> list[float]:
+        """The final advantages of the newest `shown` logged completions (and forget them)."""
+        pending, self.pending_advantages = self.pending_advantages, []
+        if not pending or not shown:
+            return []
+        return torch.cat(pending).tolist()[-shown:]
 
+    # --------------------------------------------------------------------------------- exploration metrics
     @torch.no_grad()
-    def _log_rollout_metrics(self, batch: RolloutBatch):
-        if not self.args.exploration_metrics:
+    def rollout(self, batch: RolloutBatch):
+        t = self.trainer
+        if not t.args.exploration_metrics:
             return
         g = batch.num_generations
-        correct = is_correct(batch.rewards, self.args.correct_reward_threshold).float().view(-1, g)
+        correct = is_correct(batch.rewards, t.args.correct_reward_threshold).float().view(-1, g)
         # Distinct completions per group: a hash of each local completion's tokens, gathered, counted per group.
-        groups = self._gather(completion_hashes(batch.completion_ids, batch.completion_mask)).view(-1, g)
+        hashes = completion_hashes(batch.completion_ids, batch.completion_mask)
+        groups = gather_rows(hashes, t.accelerator.num_processes).view(-1, g)
         ordered = groups.sort(dim=1).values
         unique = (ordered[:, 1:] != ordered[:, :-1]).sum(dim=1) + 1
         # Both are global already (rewards and hashes of every process): logged as they are, not reduced again.
-        self._log_device_metrics({
+        self.add({
             "exploration/pass_at_G": (correct.max(dim=1).values.mean(), 1.0),
             "exploration/unique_completions_per_group": (unique.double().mean(), 1.0),
         }, reduce=False)
 
-    def _log_loss_state_metrics(self, state: dict, defer: bool = False):
-        """Log `state["metrics"]` (name -> (sum, count), floats or device scalars) as global means, as TRL's
-        `global_masked_mean` does; a name with no element on any process (count 0, e.g. `exploration/entropy_correct`
-        without a correct completion) is not logged that step rather than logged as NaN.
-
-        `defer=True` (the loss side) keeps the values on the device until the next log (`_flush_device_metrics`);
-        otherwise they reach `_metrics` now (one reduce and one transfer).
-        """
-        metrics = state.get("metrics")
-        if not metrics:
-            return
-        self._log_device_metrics(metrics)
-        if not defer:
-            self._flush_device_metrics()
-
-    def _log_device_metrics(self, metrics: dict, reduce: bool = True):
-        """Queue `{name: (sum, count)}` (device scalars or numbers) for the next log; `reduce=False`: global already."""
-        queue = self.__dict__.setdefault("_metric_queue", MetricQueue())
-        queue.add("train" if self.model.training else "eval", metrics, reduce)
-        if len(queue) >= MAX_PENDING_METRICS:
-            self._flush_device_metrics()
-
-    def _flush_device_metrics(self):
-        """Append every queued metric's global mean to TRL's `_metrics` (one reduce, one device-to-host copy).
-        Collective: every process calls it (from `log`, which every process runs at the same steps)."""
-        queue = self.__dict__.get("_metric_queue")
-        if not queue:
-            return
-
-        def reduce_sum(x):
-            return self.accelerator.reduce(x, reduction="sum") if self.accelerator.num_processes > 1 else x
-
-        for mode, name, value in queue.drain(self.accelerator.device, reduce_sum):
-            self._metrics[mode][name].append(value)
-
-    #: The warnings this class adds (`WindowWarning`); a trainer gives those of every class in its MRO.
-    window_warnings: tuple[WindowWarning, ...] = ()
-
-    def _issue_window_warnings(self) -> None:
-        """Give each declared `WindowWarning` whose metric calls for it this window, once per run (the main process
-        writes it; every process marks it given)."""
-        mode = "train" if self.model.training else "eval"
-        given = self.__dict__.setdefault("_given_warnings", set())
-        declared = [w for cls in type(self).__mro__ for w in cls.__dict__.get("window_warnings", ())]
-        for w in declared:
-            values = self._metrics[mode].get(w.metric) or []  # `.get`: reading adds no empty list for TRL to average
-            if w.metric in given or not values or not w.when(values):
-                continue
-            given.add(w.metric)
-            if self.accelerator.is_main_process:
-                warnings.warn(w.message(self, values), UserWarning, stacklevel=3)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        self._flush_device_metrics()  # TRL's `log` averages `_metrics`: the queued values must be in it
-        self._issue_window_warnings()
-        self._write_logged_advantages()  # and prints `_logs` (with `log_completions`)
-        super().log(logs, start_time)
-
-    def _save_checkpoint(self, model, trial) -> None:
-        # A checkpoint keeps the logging window's `_metrics` (`ResumeMixin._resume_state`), so a resumed run logs the
-        # same averages: the queued values go into it first. Every process saves, so the collective is safe here.
-        self._flush_device_metrics()
-        super()._save_checkpoint(model, trial)
-
-    def _step_will_log(self) -> bool:
+    def step_will_log(self) -> bool:
         """Whether the optimizer step in progress ends in a log (HF's `DefaultFlowCallback` rule).
 
         The LM-head statistics (Λ(n), branching factor) are computed only on such steps: their logged value is the
         logging step's, not an average over the logging window (the entropy split stays an average: it is free).
         """
-        args = self.args
-        if not self.model.training or args.logging_strategy == "epoch":
+        t = self.trainer
+        args = t.args
+        if not t.model.training or args.logging_strategy == "epoch":
             return True
         if args.logging_strategy == "no":
             return False
-        step = self.state.global_step + 1
-        every = self.state.logging_steps or args.logging_steps
+        step = t.state.global_step + 1
+        every = t.state.logging_steps or args.logging_steps
         return step % max(int(every), 1) == 0 or (step == 1 and args.logging_first_step)
 
     @torch.no_grad()
-    def _log_token_metrics(self, inputs, capture: _Capture):
+    def tokens(self, inputs, capture: _Capture, mask: torch.Tensor) -> dict:
         """Exploration metrics from the loss pass TRL already ran (no extra backbone pass), kept on the device."""
-        self._mark_hook_ran("exploration metrics")
-        mask = self._loss_mask(inputs).bool()
         entropies = capture.entropies.detach().float()
         correct = inputs.get("exploration_correct")
         stats: dict[str, tuple] = {}
@@ -181,28 +152,28 @@ class ExplorationMetricsMixin:
             for name, rows in (("correct", correct), ("wrong", ~correct)):
                 m = mask & rows[:, None]
                 stats[f"exploration/entropy_{name}"] = ((entropies * m).sum(), m.sum(dtype=torch.float32))
-        if self._step_will_log():  # the same decision on every process: global_step is shared
-            stats.update(self._lm_head_metrics(inputs, capture, mask))
-        self._log_loss_state_metrics({"metrics": stats}, defer=True)
+        if self.step_will_log():  # the same decision on every process: global_step is shared
+            stats.update(self.lm_head(inputs, capture, mask))
+        return stats
 
-    def _lm_head_metrics(self, inputs, capture: _Capture, mask: torch.Tensor) -> dict:
+    def lm_head(self, inputs, capture: _Capture, mask: torch.Tensor) -> dict:
         """Λ(1..3), Λ(sample) and the branching factor over sampled completion tokens (or every token per response).
 
         One host read: the number of valid tokens (`nonzero`), which sizes the sample.
         """
+        t = self.trainer
         positions = mask.nonzero(as_tuple=False)
-        per_response = self.args.exploration_metrics_lambda == "per_response"
-        k = positions.size(0) if per_response else min(self.args.exploration_metrics_max_tokens, positions.size(0))
-        # A private generator keeps the global RNG (sampling, shuffling) exactly as TRL's.
-        pick = torch.randperm(positions.size(0), generator=self._metrics_generator)[:k]
+        per_response = t.args.exploration_metrics_lambda == "per_response"
+        k = positions.size(0) if per_response else min(t.args.exploration_metrics_max_tokens, positions.size(0))
+        pick = torch.randperm(positions.size(0), generator=self.generator)[:k]
         pick = pick.to(positions.device, non_blocking=True)
         rows, cols = positions[pick, 0], positions[pick, 1]
         hidden = capture.completion_hidden().detach()[rows, cols]
         targets = inputs["completion_ids"][rows, cols]
-        with self._lm_head_weights() as (weight, bias, _):  # entered on every process, even with k = 0
+        with t.lm_head.weights() as (weight, bias, _):  # entered on every process, even with k = 0
             s = token_statistics(
-                hidden, weight, bias, targets, temperature=self.temperature, top_n=3,
-                top_p=self.args.exploration_metrics_top_p, chunk_rows=metric_chunk_rows(weight.shape[0]),
+                hidden, weight, bias, targets, temperature=t.temperature, top_n=3,
+                top_p=t.args.exploration_metrics_top_p, chunk_rows=metric_chunk_rows(weight.shape[0]),
                 entropy=False,
             )
         names = ("lambda_1", "lambda_2", "lambda_3", "lambda_sample", "branching_factor")

@@ -10,7 +10,7 @@ Choices the paper leaves open, made here (docs/methods.md says why):
 * The bonus of a batch uses the counts before it (an answer never seen gets the full bonus, 1: why the paper caps
   `1/sqrt(N)` at 1); the batch's answers are counted after, on training batches only.
 * Every process holds the same counts: the batch's prompts and answers are gathered before counting, so two
-  processes count as one does. The counts are saved in every checkpoint (`_method_state`), so resume is exact.
+  processes count as one does. The counts are saved in every checkpoint (`state_dict`), so resume is exact.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from ..core._utils import masked_sum
 from ..errors import NoOutcomeError
 from ..methods import MethodInfo, arxiv_paper, register_method
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
-from .metrics_logging import WindowWarning
+from .window_warning import WindowWarning
+from .strategy import AdvantageStrategy
 
 #: 1 for a generation batch in which no completion stated an answer its reward could read.
 NO_ANSWER = "outcome_explore/no_answer_batch_frac"
@@ -98,28 +99,27 @@ def _no_answers(trainer, values: list[float]) -> str:
              "prompt `x` (UCB-Con), and `−c_b·(1/G)·#(same answer in the group)`; answers from the reward's own "
              "extraction"),
 ))
-class OutcomeExploreTrainer(ExplorationGRPOTrainer):
+class OutcomeExplore(AdvantageStrategy):
     """Advantage-side: GRPO's advantages plus the outcome bonuses (`core.outcome_ucb_bonus`,
     `core.outcome_batch_penalty`), with the answer counts of every prompt seen so far."""
 
     config_class = OutcomeExploreConfig
     window_warnings = (WindowWarning(NO_ANSWER, _no_answers),)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, trainer):
+        super().__init__(trainer)
         self._outcome_counts: dict[int, dict[int, int]] = {}  # prompt key -> answer key -> times sampled
 
-    def _method_state(self) -> dict:
-        return {**super()._method_state(), "outcome_counts": self._outcome_counts}
+    def state_dict(self) -> dict:
+        return {"outcome_counts": self._outcome_counts}
 
-    def _load_method_state(self, state: dict) -> None:
-        super()._load_method_state(state)
+    def load_state_dict(self, state: dict) -> None:
         self._outcome_counts = {int(p): {int(a): int(n) for a, n in answers.items()}
                                 for p, answers in (state.get("outcome_counts") or {}).items()}
 
-    def _local_answers(self, n: int) -> tuple[list, list[str | None]]:
+    def local_answers(self, n: int) -> tuple[list, list[str | None]]:
         """This process's prompts and the final answers its reward read, one per completion."""
-        prompts, recorded = getattr(self, "_last_reward_outcomes", ([], {}))
+        prompts, recorded = self.trainer.rollout.reward_outcomes
         wanted = self.args.outcome_answer_reward
         usable = {name: a for name, a in recorded.items() if len(a) == n}
         if wanted is not None:
@@ -136,23 +136,22 @@ class OutcomeExploreTrainer(ExplorationGRPOTrainer):
                    f"{', '.join(usable)} all recorded answers; set outcome_answer_reward to the one to use"))
         return prompts, next(iter(usable.values()))
 
-    def _gathered(self, values: list) -> list:
-        if self.accelerator.num_processes == 1:
+    def gathered(self, values: list) -> list:
+        if self.trainer.accelerator.num_processes == 1:
             return values
         from accelerate.utils import gather_object
 
         return gather_object(values)  # in process order, as the batch's rows
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        advantages = super()._compute_advantages(batch)
-        self._mark_hook_ran("outcome_explore")
-        a, g = self.args, batch.num_generations
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t, a, g = self.trainer, self.args, batch.num_generations
+        t.mark_hook_ran("outcome_explore")
         if a.outcome_ucb_coef == 0 and a.outcome_batch_coef == 0:  # switched off: GRPO's advantages, no answers read
             return advantages
         n_local = batch.process_slice.stop - batch.process_slice.start
-        prompts, answers = self._local_answers(n_local)
-        keys = self._gathered([(_stable_key(p), None if x is None else _stable_key(x))
-                               for p, x in zip(prompts, answers)])
+        prompts, answers = self.local_answers(n_local)
+        keys = self.gathered([(_stable_key(p), None if x is None else _stable_key(x))
+                              for p, x in zip(prompts, answers)])
         seen = [0 if x is None else self._outcome_counts.get(p, {}).get(x, 0) for p, x in keys]
         device = advantages.device
         has = torch.tensor([x is not None for _, x in keys], dtype=torch.bool).to(device, non_blocking=True)
@@ -161,14 +160,14 @@ class OutcomeExploreTrainer(ExplorationGRPOTrainer):
         ucb = core_bonus.outcome_ucb_bonus(counts, has, g, a.outcome_ucb_baseline, a.outcome_ucb_b0)
         penalty = core_bonus.outcome_batch_penalty(ids, has, g)
         bonus = a.outcome_ucb_coef * ucb + a.outcome_batch_coef * penalty
-        if self.model.training:  # evaluation batches are not part of the training history
+        if t.model.training:  # evaluation batches are not part of the training history
             for p, x in keys:
                 if x is not None:
                     answers_of = self._outcome_counts.setdefault(p, {})
                     answers_of[x] = answers_of.get(x, 0) + 1
         groups = has.view(-1, g)
         repeated = (penalty < 0) & has
-        self._log_device_metrics({  # global already (every process's rows): kept on the device until the log
+        t.queue_metrics({  # global already (every process's rows): kept on the device until the log
             "outcome_explore/answered_frac": (has.sum(), has.numel()),
             "outcome_explore/new_answer_frac": (((counts == 0) & has).sum(), has.sum()),
             "outcome_explore/ucb_bonus_mean": (masked_sum(ucb, has), has.sum()),
@@ -178,3 +177,9 @@ class OutcomeExploreTrainer(ExplorationGRPOTrainer):
         }, reduce=False)
         local = bonus[batch.process_slice]
         return advantages + (local.unsqueeze(-1) if advantages.dim() == 2 else local)
+
+
+class OutcomeExploreTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with outcome-based exploration (the `OutcomeExplore` strategy)."""
+
+    method = "outcome_explore"

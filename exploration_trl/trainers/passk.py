@@ -10,11 +10,13 @@ import torch
 
 from ..core import passk as core_pk
 from ..core._utils import masked_sum
+from ..core.advantages import group_advantages
 from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .config import check_sum_then_normalize
 from .correctness_guard import guard_correctness
+from .strategy import AdvantageStrategy
 
 __all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
 
@@ -65,30 +67,36 @@ class PasskConfig(ExplorationGRPOConfig):
              "C(N_neg, k)/C(N, k)`, `σ = √(R(1−R))`; correctness by `correct_reward_threshold`"),
     knobs_note="(k ≤ G; 1 is GRPO's objective), σ follows TRL's `scale_rewards` (`none` drops it)",
 ))
-class PasskTrainer(ExplorationGRPOTrainer):
+class Passk(AdvantageStrategy):
     """Advantage-side: Pass@k Training's analytic advantages from each group's correct count."""
 
     config_class = PasskConfig
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        super()._compute_advantages(batch)  # TRL's advantages are replaced, not shifted
-        self._mark_hook_ran("passk")
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t, args = self.trainer, self.args  # TRL's advantages are replaced, not shifted
+        t.mark_hook_ran("passk")
         rewards = batch.rewards
-        correct = is_correct(rewards, self.args.correct_reward_threshold)
-        guard_correctness(self, rewards, correct, batch.num_generations, "passk",
+        correct = is_correct(rewards, args.correct_reward_threshold)
+        guard_correctness(t, rewards, correct, batch.num_generations, "passk",
                           "Pass@k Training's advantages are all 0 and it learns nothing")
-        adv = core_pk.passk_advantages(correct, batch.num_generations, self.args.passk_k,
-                                       valid=~torch.isnan(rewards), scale=self.args.scale_rewards != "none")
+        adv = core_pk.passk_advantages(correct, batch.num_generations, args.passk_k,
+                                       valid=~torch.isnan(rewards), scale=args.scale_rewards != "none")
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         local_correct = correct[batch.process_slice].to(adv.device)
         local_wrong = ~local_correct
-        self._log_device_metrics({  # on the device until the next log: no host read on the step
-            "passk/k": (float(self.args.passk_k), 1),
+        t.queue_metrics({  # on the device until the next log: no host read on the step
+            "passk/k": (float(args.passk_k), 1),
             "passk/adv_correct_mean": (masked_sum(adv, local_correct), local_correct.sum()),
             "passk/adv_wrong_mean": (masked_sum(adv, local_wrong), local_wrong.sum()),
             "passk/wrong_adv_positive_frac": (((adv > 0) & local_wrong).sum(), local_wrong.sum()),
         })
         return adv
+
+
+class PasskTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with Pass@k Training's advantages (the `Passk` strategy)."""
+
+    method = "passk"
 
 
 @dataclass
@@ -140,29 +148,35 @@ class PKPOConfig(ExplorationGRPOConfig):
     changes=("the unbiased transform of the group's rewards whose gradient is pass@k's (max@k for graded rewards), "
              "then TRL's normalisation"),
 ))
-class PKPOTrainer(ExplorationGRPOTrainer):
+class PKPO(AdvantageStrategy):
     """Advantage-side: PKPO's transformed rewards, normalised as TRL normalises rewards."""
 
     config_class = PKPOConfig
 
-    def _pkpo_k(self, step: int) -> int:
+    def k_at(self, step: int) -> int:
         a = self.args
         return core_pk.pkpo_k_at_step(step, a.pkpo_k, a.pkpo_k_final, a.pkpo_k_anneal_steps, a.pkpo_k_schedule)
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        super()._compute_advantages(batch)
-        self._mark_hook_ran("pkpo")
-        k = self._pkpo_k(batch.global_step)
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t = self.trainer
+        t.mark_hook_ran("pkpo")
+        k = self.k_at(batch.global_step)
         adv = core_pk.pkpo_advantages(batch.rewards, batch.num_generations, k, self.args.pkpo_estimator,
                                       scale=self.args.scale_rewards)
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold).to(adv.device)
-        self._log_device_metrics({  # on the device until the next log: no host read on the step
+        t.queue_metrics({  # on the device until the next log: no host read on the step
             "pkpo/k": (float(k), 1),
             "pkpo/adv_abs_mean": (adv.abs().sum(), adv.numel()),
             "pkpo/adv_wrong_mean": (masked_sum(adv, ~correct), (~correct).sum()),
         })
         return adv
+
+
+class PKPOTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with PKPO's reward transform (the `PKPO` strategy)."""
+
+    method = "pkpo"
 
 
 @dataclass
@@ -204,25 +218,22 @@ class UnlikelyConfig(ExplorationGRPOConfig):
     changes=("a correct completion's reward × `1 − β·rank/G`, rank 0 for the group's least likely completion under "
              "the rollout policy, then GRPO's normalisation"),
 ))
-class UnlikelyTrainer(ExplorationGRPOTrainer):
+class Unlikely(AdvantageStrategy):
     """Advantage-side: the unlikeliness reward, ranked by the rollout policy's log-probabilities."""
 
     config_class = UnlikelyConfig
 
-    def _needs_rollout_logps(self) -> bool:
+    def needs_rollout_logps(self) -> bool:
         return True
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        super()._compute_advantages(batch)
-        self._mark_hook_ran("unlikely")
-        from ..core.advantages import group_advantages
-
-        a = self.args
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t, a = self.trainer, self.args
+        t.mark_hook_ran("unlikely")
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         rewards = batch.rewards.to(logps.device)
         correct = is_correct(rewards, a.correct_reward_threshold)
         if a.unlikely_rank_among == "correct":
-            guard_correctness(self, rewards, correct, batch.num_generations, "unlikely",
+            guard_correctness(t, rewards, correct, batch.num_generations, "unlikely",
                               "the unlikeliness rank among correct completions ranks all of them or none")
         shaped = core_pk.unlikeliness_rewards(rewards, logps, mask, batch.num_generations, a.unlikely_beta,
                                               correct=correct, logp=a.unlikely_logp, rank_among=a.unlikely_rank_among)
@@ -230,8 +241,14 @@ class UnlikelyTrainer(ExplorationGRPOTrainer):
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         factor = (shaped / rewards)[batch.process_slice].to(adv.device)
         local_correct = correct[batch.process_slice].to(adv.device) & (rewards[batch.process_slice] != 0).to(adv.device)
-        self._log_device_metrics({  # on the device until the next log: no host read on the step
+        t.queue_metrics({  # on the device until the next log: no host read on the step
             "unlikely/factor_correct_mean": (masked_sum(factor, local_correct), local_correct.sum()),
             "unlikely/adv_change_abs_mean": ((adv - batch.advantages).abs().sum(), adv.numel()),
         })
         return adv
+
+
+class UnlikelyTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with the unlikeliness reward (the `Unlikely` strategy)."""
+
+    method = "unlikely"

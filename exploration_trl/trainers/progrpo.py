@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import warnings
-
 import torch
 
 from ..core import advantages as core_adv
 from ..methods import MethodInfo, arxiv_paper, register_method
 from ..rewards._base import is_correct
 from ._prompt_tokens import user_token_mask
-from .base import (
-    ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, _Capture, check_choice, check_non_negative,
-)
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .correctness_guard import guard_correctness
+from .strategy import AdvantageStrategy
 
 PROGRPO_BASELINES = ("prompt", "group_mean")
 PROGRPO_PROMPT_TOKENS = ("all", "user")
@@ -88,21 +85,20 @@ class ProGRPOConfig(ExplorationGRPOConfig):
     where="Eq. 4, Sec. 3.2, Alg. 1",
     changes="mixed-group advantages `A + α (c_ref − c_o)`, confidences over the 20% lowest-probability tokens",
 ))
-class ProGRPOTrainer(ExplorationGRPOTrainer):
+class ProGRPO(AdvantageStrategy):
     """Advantage-side: reweights mixed-group advantages by prompt vs answer confidence (`core.progrpo_advantages`)."""
 
     config_class = ProGRPOConfig
 
-    def _needs_rollout_logps(self) -> bool:
+    def needs_rollout_logps(self) -> bool:
         return True
 
-    def _needs_prompt_logps(self) -> bool:
-        return self.args.progrpo_baseline == "prompt" or super()._needs_prompt_logps()
+    def needs_prompt_logps(self) -> bool:
+        return self.args.progrpo_baseline == "prompt"
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        advantages = super()._compute_advantages(batch)
-        self._mark_hook_ran("progrpo")
-        args = self.args
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t, args = self.trainer, self.args
+        t.mark_hook_ran("progrpo")
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         prompt_logps = prompt_mask = None
         if args.progrpo_baseline == "prompt":
@@ -125,7 +121,7 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
         conf = core_adv.confidence(logps, mask, args.progrpo_low_prob_fraction)
         correct = is_correct(batch.rewards, args.correct_reward_threshold).view(-1, batch.num_generations)
         # The one warning when no group mixes correct and wrong (the guard decides it at the log).
-        guard_correctness(self, batch.rewards, correct, batch.num_generations, "progrpo",
+        guard_correctness(t, batch.rewards, correct, batch.num_generations, "progrpo",
                           SKIP_RULE_EFFECT[args.progrpo_skip_groups])
         mixed = correct.any(dim=1) & ~correct.all(dim=1)
         # Global already (the gathered batch): kept on the device until the next log, not reduced again. A confidence
@@ -139,23 +135,29 @@ class ProGRPOTrainer(ExplorationGRPOTrainer):
         if prompt_logps is not None:
             ref = core_adv.confidence(prompt_logps, prompt_mask, args.progrpo_low_prob_fraction)
             metrics["progrpo/prompt_confidence_mean"] = (ref.nansum(), (~ref.isnan()).sum())
-        self._log_device_metrics(metrics, reduce=False)
+        t.queue_metrics(metrics, reduce=False)
         return new[batch.process_slice]
 
-    def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
-        logps, mask = super()._prompt_logps(capture, output)
-        if self.args.progrpo_prompt_tokens == "user":
-            prompts = [x["prompt"] for x in self._rollout_inputs]
-            user, fallbacks = user_token_mask(
-                prompts, output["prompt_ids"], output["prompt_mask"], self.processing_class,
-                tools=self.tools or None, chat_template=self.chat_template, **self.chat_template_kwargs,
+    def prompt_logps(self, logps: torch.Tensor, mask: torch.Tensor, output) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.args.progrpo_prompt_tokens != "user":
+            return logps, mask
+        t = self.trainer
+        prompts = [x["prompt"] for x in t.rollout.inputs]
+        user, fallbacks = user_token_mask(
+            prompts, output["prompt_ids"], output["prompt_mask"], t.processing_class,
+            tools=t.tools or None, chat_template=t.chat_template, **t.chat_template_kwargs,
+        )
+        if fallbacks:
+            t.warn_once(
+                "progrpo_user_tokens",
+                f"progrpo_prompt_tokens='user': for {fallbacks} of {len(prompts)} prompts the chat template could not "
+                "be re-rendered to TRL's exact token ids, so those prompts use all their tokens. Set "
+                "progrpo_prompt_tokens: all to silence this.",
             )
-            if fallbacks and not getattr(self, "_warned_user_tokens", False):
-                self._warned_user_tokens = True
-                warnings.warn(
-                    f"progrpo_prompt_tokens='user': for {fallbacks} of {len(prompts)} prompts the chat template could "
-                    "not be re-rendered to TRL's exact token ids, so those prompts use all their tokens. Set "
-                    "progrpo_prompt_tokens: all to silence this.", UserWarning, stacklevel=2,
-                )
-            mask = mask * user.to(mask.dtype)
-        return logps, mask
+        return logps, mask * user.to(mask.dtype)
+
+
+class ProGRPOTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with ProGRPO's advantages (the `ProGRPO` strategy)."""
+
+    method = "progrpo"

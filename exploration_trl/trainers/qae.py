@@ -11,7 +11,8 @@ from ..core import estimators as core_est
 from ..methods import MethodInfo, arxiv_paper, register_method
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice
 from .config import check_sum_then_normalize
-from .metrics_logging import WindowWarning
+from .window_warning import WindowWarning
+from .strategy import AdvantageStrategy
 
 #: 1 for a generation batch whose advantages were all 0 (every group's rewards equal).
 ZERO_BATCH = "qae/zero_advantage_batch_frac"
@@ -68,22 +69,27 @@ def _zero_batches(trainer, values: list[float]) -> str:
              "eps)`: on binary rewards only the rare outcome of a group moves (`qae/zero_adv_frac` logs the share "
              "left at 0)"),
 ))
-class QAETrainer(ExplorationGRPOTrainer):
+class QAE(AdvantageStrategy):
     """Advantage-side: the K-quantile baseline on the batch's summed rewards (`core.quantile_advantages`)."""
 
     config_class = QAEConfig
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        super()._compute_advantages(batch)  # TRL's advantages are replaced
-        self._mark_hook_ran("qae")
-        a = self.args
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t, a = self.trainer, self.args  # TRL's advantages are replaced
+        t.mark_hook_ran("qae")
         adv = core_est.quantile_advantages(batch.rewards, batch.num_generations, k=a.qae_k,
                                            method=a.qae_quantile_method, scale=a.scale_rewards)
         zero = adv == 0
-        self._log_device_metrics({  # global already (the gathered rewards): kept on the device until the log
+        t.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
             "qae/zero_adv_frac": (zero.sum(), zero.numel()),
             "qae/positive_adv_frac": ((adv > 0).sum(), adv.numel()),
             ZERO_BATCH: (zero.all().double(), 1.0),
         }, reduce=False)
         return adv.to(batch.advantages.device)[batch.process_slice]
+
+
+class QAETrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with QAE's quantile baseline (the `QAE` strategy)."""
+
+    method = "qae"

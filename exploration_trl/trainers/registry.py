@@ -1,12 +1,13 @@
 """Methods by name: the registered (trainer, config) pairs (`exploration_trl.methods`, filled by each method's
 `@register_method`), and the composition of one advantage-side method with one loss-side method (e.g.
-`method: progrpo+casp`), in the spirit of verl's `core_algos` registry.
+`method: progrpo+casp`), in the spirit of verl's `core_algos` registry: a composition names two strategies, which the
+trainer holds side by side.
 
 Order in which a composed pipeline applies (per generation batch, then per micro-batch):
 1. TRL's GRPO advantages (group-normalised rewards);
-2. the advantage-side method (ProGRPO, DS-GRPO, Pass@k Training, PKPO or the unlikeliness reward);
+2. the advantage-side method (ProGRPO, DS-GRPO, Pass@k Training, PKPO, the unlikeliness reward, ...);
 3. STILL perplexity shaping, then the STILL position bonus (any config);
-4. the loss-side method: CaSP / Clip-Cov change the importance ratio, KL-Cov adds its per-token penalty;
+4. the loss-side method: CaSP / Clip-Cov / entropy_adv change what TRL's loss sees, KL-Cov adds a per-token penalty;
 5. TRL's clipped objective and `loss_type` aggregation.
 """
 
@@ -15,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from functools import cache
 
-from ..methods import ADVANTAGE_SIDE, LOSS_SIDE, METHODS, parse_method
-from .base import ExplorationGRPOConfig
+from ..methods import _METHODS, ADVANTAGE_SIDE, LOSS_SIDE, METHODS, parse_method, trainer_name
+from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer
 
 __all__ = ["METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "parse_method", "example_composition", "get_trainer_class",
            "get_config_class"]
@@ -54,34 +55,47 @@ def _preset_overrides(configs: list[type]) -> dict:
 def _compose(parts: tuple[str, ...]) -> tuple[type, type]:
     if len(parts) == 1:
         return METHODS[parts[0]]
-    return _composed(tuple(METHODS[p][0] for p in parts), "+".join(parts))
+    return _composed(tuple(_METHODS[p][1] for p in parts), "+".join(parts))
 
 
 @cache
-def _composed(trainers: tuple[type, ...], method_name: str) -> tuple[type, type]:
-    """The composed (trainer, config) of the registered `trainers` (cached by class: a re-registered name composes
-    its new class)."""
+def _composed(registered: tuple[type, ...], method: str) -> tuple[type, type]:
+    """The composed (trainer, config) of the registered strategies (or 0.7-form trainer classes) of `method`, cached
+    by class: a re-registered name composes its new class.
+
+    The trainer is a thin class that names the composition (`method = "progrpo+casp"`); the trainer builds its
+    strategies from that name, so nothing of the methods is inherited. The class exists because a composition is
+    public API: `get_trainer_class("progrpo+casp")` is subclassed like any trainer and named in cards and logs
+    (`ProGRPOCaSPTrainer`). A 0.7-form trainer class in the composition is its base, so its own hooks stay.
+    """
     # Loss-side config first: where both presets change a default (e.g. KL-Cov's no clipping vs ProGRPO's
     # epsilon_high), the loss side wins. Dataclass inheritance alone would let a preset's *inherited* TRL default
     # mask the other preset's override, so the overridden fields are re-declared explicitly.
-    configs = [t.config_class for t in reversed(trainers)]
-    name = "".join(t.__name__.removesuffix("Trainer") for t in trainers)
-    config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), _preset_overrides(configs)))
-    trainer_cls = type(
-        f"{name}Trainer", tuple(trainers),
-        {"config_class": config_cls, "method_name": method_name, "__module__": __name__},
-    )
+    configs = [obj.config_class for obj in reversed(registered)]
+    name = trainer_name(method).removesuffix("Trainer")
+    namespace = _preset_overrides(configs)
+    namespace["__reduce__"] = _reduce_composed_config
+    namespace["composed_method"] = method
+    config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), namespace))
+    legacy = tuple(obj for obj in registered if not getattr(obj, "is_strategy", False))
+    trainer_cls = type(f"{name}Trainer", legacy or (ExplorationGRPOTrainer,), {
+        "method": method, "method_name": method, "config_class": config_cls, "__module__": __name__,
+        "__doc__": f"TRL's `GRPOTrainer` with {' and '.join(method.split('+'))} (`method: {method}`).",
+    })
     return trainer_cls, config_cls
 
 
-def __getattr__(name: str):
-    """Resolve composed class names (e.g. `ProGRPOCaSPConfig`) so pickled training args load in a new process."""
-    for adv in ADVANTAGE_SIDE:
-        for loss in LOSS_SIDE:
-            for cls in _compose((adv, loss)):
-                if cls.__name__ == name:
-                    return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _reduce_composed_config(config):
+    """Pickle a composed config by its method name: the class is rebuilt from the registry when it is loaded (e.g.
+    `training_args.bin` in a new process), with the instance's fields as they were (no `__post_init__` again)."""
+    return _rebuild_composed_config, (type(config).composed_method, dict(config.__dict__))
+
+
+def _rebuild_composed_config(method: str, fields: dict):
+    config_cls = get_config_class(method)
+    config = config_cls.__new__(config_cls)
+    config.__dict__.update(fields)
+    return config
 
 
 def get_trainer_class(method: str) -> type:

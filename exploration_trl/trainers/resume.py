@@ -1,4 +1,4 @@
-"""Exact resume inside a rollout (`ResumeMixin`): the package's own improvement over TRL 1.16.
+"""Exact resume inside a rollout (`Resume`, a component of the trainer): the package's own improvement over TRL 1.16.
 
 TRL 1.16's `GRPOTrainer._prepare_inputs` generates one generation batch every
 `steps_per_generation * num_iterations` calls of `training_step` (counted by `self._step`), shuffles and splits it
@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 
 import torch
 
@@ -58,88 +59,129 @@ def _write_atomic(obj, path: str) -> None:
     os.replace(tmp, path)
 
 
-class ResumeMixin:
-    """Saves and restores TRL's in-memory rollout buffer, `_step`, private generators and pending metrics; saves a
-    checkpoint on Ctrl-C."""
+class Resume:
+    """One trainer's exact resume (module docstring) and its Ctrl-C checkpoint. The trainer's TRL adapter (`base.py`)
+    calls `state` when TRL saves its RNG state, `load` when TRL restores it, `guard_checkpoint` around TRL's
+    checkpoint save and `on_interrupt` when training is interrupted."""
 
-    _interrupted = False
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.interrupted = False
 
-    def train(self, *args, **kwargs):
+    # ------------------------------------------------------------------------------------------------ Ctrl-C
+    def on_interrupt(self) -> None:
         """Ctrl-C (KeyboardInterrupt) during training saves a checkpoint of the last finished step when saving is on
         (one process: with several, the processes are not at the same point, so the last regular checkpoint is
-        named instead), prints how to resume, and re-raises."""
-        try:
-            return super().train(*args, **kwargs)
-        except KeyboardInterrupt:
-            self._on_interrupt()
-            raise
-
-    def _on_interrupt(self) -> None:
-        step = int(self.state.global_step)
-        run_dir = self._get_output_dir(trial=None)
+        named instead), and prints how to resume; the caller re-raises."""
+        t = self.trainer
+        step = int(t.state.global_step)
+        run_dir = t.run_dir()
         folder = os.path.join(run_dir, f"checkpoint-{step}")
         saved = ""
-        if self.args.save_strategy != "no" and step > 0 and self.args.world_size == 1 and not os.path.isfile(
+        if t.args.save_strategy != "no" and step > 0 and t.args.world_size == 1 and not os.path.isfile(
                 os.path.join(folder, "trainer_state.json")):
-            self._interrupted = True
+            self.interrupted = True
             try:
-                self._save_checkpoint(self.model, trial=None)
+                t.save_checkpoint_now()
             finally:
-                self._interrupted = False
+                self.interrupted = False
             saved = f"saved {folder}"
-        if not self.accelerator.is_main_process:
+        if not t.accelerator.is_main_process:
             return
         last = folder if saved or os.path.isfile(os.path.join(folder, "trainer_state.json")) else _last_checkpoint(run_dir)
         if last is None:
-            why = ("no step had finished" if self.args.save_strategy != "no" else
+            why = ("no step had finished" if t.args.save_strategy != "no" else
                    "save_strategy is no; set save_strategy: steps to keep progress")
             print(f"\ninterrupted at step {step}: no checkpoint to resume from ({why})", file=sys.stderr, flush=True)
             return
         print(f"\ninterrupted at step {step}: {saved or 'last checkpoint ' + last}; resume with the same config and "
               f"--resume_from_checkpoint {last}", file=sys.stderr, flush=True)
 
-    def _generate_every(self) -> int:
-        return self.args.steps_per_generation * self.num_iterations
+    # ------------------------------------------------------------------------------------------ the state file
+    def generate_every(self) -> int:
+        t = self.trainer
+        return t.args.steps_per_generation * t.num_iterations
 
-    def _resume_state(self) -> dict:
+    def state(self) -> dict:
+        """What this process keeps in memory between the updates of one rollout (module docstring)."""
+        t = self.trainer
+        rollout_step, buffered = t.rollout_buffer()
         # After Ctrl-C mid-update, `_step` also counts the interrupted update's micro-steps: save the count at the
         # last finished optimizer step (the weights and optimizer saved are that step's).
-        step = self._step - self._step % self.args.gradient_accumulation_steps if self._interrupted else self._step
-        inside = step % self._generate_every() != 0 and self._buffered_inputs is not None
+        step = rollout_step - rollout_step % t.args.gradient_accumulation_steps if self.interrupted else rollout_step
+        inside = step % self.generate_every() != 0 and buffered is not None
         return {
             "format": FORMAT,
-            "global_step": int(self.state.global_step),
+            "global_step": int(t.state.global_step),
             "step": int(step),
-            "buffered_inputs": _to(self._buffered_inputs, "cpu") if inside else None,
-            "generators": {name: g.get_state() for name, g in vars(self).items() if isinstance(g, torch.Generator)},
-            "metrics": {name: list(values) for name, values in self._metrics["train"].items()},
-            "refill_batches_drawn": int(getattr(self, "_ds_drawn", 0)),  # dynamic sampling's second iterator
-            "method_state": self._method_state(),
+            "buffered_inputs": _to(buffered, "cpu") if inside else None,
+            "generators": {name: g.get_state() for name, g in self.generators().items()},
+            "metrics": {name: list(values) for name, values in t.metrics_window("train").items()},
+            "refill_batches_drawn": int(t.dynamic_sampling.drawn),  # dynamic sampling's second iterator
+            "method_state": {k: v for s in t.strategies for k, v in s.state_dict().items()},
         }
 
-    def _method_state(self) -> dict:
-        """What a method keeps between generation batches besides TRL's state (e.g. outcome_explore's answer
-        counts), saved with every checkpoint and handed back to `_load_method_state` on resume. Plain Python values
-        (dicts, lists, numbers, strings): the file is loaded with `weights_only`."""
-        return {}
+    def generators(self) -> dict:
+        """Every private random generator of the trainer (the metrics sampler's, the strategies'), by the name
+        checkpoints hold it under."""
+        t = self.trainer
+        generators = {"_metrics_generator": t.metrics.generator}
+        for strategy in t.strategies:
+            generators.update(strategy.generators())
+        return generators
 
-    def _load_method_state(self, state: dict) -> None:
-        """Restore what `_method_state` saved (an empty dict for checkpoints written before it existed)."""
+    def save(self, output_dir: str) -> None:
+        os.makedirs(output_dir, exist_ok=True)
+        _write_atomic(self.state(), os.path.join(output_dir, STATE_FILE.format(self.trainer.args.process_index)))
 
-    def _save_checkpoint(self, model, trial) -> None:
+    def load(self, checkpoint: str) -> None:
+        t = self.trainer
+        path = os.path.join(checkpoint, STATE_FILE.format(t.args.process_index))
+        if not os.path.isfile(path):
+            self.without_state(checkpoint)
+            return
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        t.set_rollout_buffer(state["step"], _to(state["buffered_inputs"], t.accelerator.device))
+        generators = self.generators()
+        for name, value in state["generators"].items():
+            if name in generators:
+                generators[name].set_state(value)
+        window = t.metrics_window("train")
+        for name, values in state["metrics"].items():
+            window[name].extend(values)
+        # Absent from states written before the refill position was saved: refills then restart from the first.
+        t.dynamic_sampling.drawn = t.dynamic_sampling.skip = int(state.get("refill_batches_drawn", 0))
+        for strategy in t.strategies:  # what a method keeps between batches (e.g. outcome_explore's answer counts)
+            strategy.load_state_dict(state.get("method_state") or {})
+
+    def without_state(self, checkpoint: str) -> None:
+        """A checkpoint written without the state file (exploration-trl 0.2.0, or plain TRL): align `_step` with the
+        data loader (which TRL's resume positions at the same micro-batch) and say that the partial rollout is new."""
+        t = self.trainer
+        step = int(t.state.global_step) * t.args.gradient_accumulation_steps
+        t.set_rollout_buffer(step, None)
+        done = step % self.generate_every()
+        if done and t.accelerator.is_main_process:
+            print(f"exploration-trl: {checkpoint} has no saved rollout buffer (written by exploration-trl 0.2.0 or "
+                  f"earlier, or by TRL), so the {self.generate_every() - done} remaining updates of its rollout "
+                  "train on a re-sampled rollout; the run is not the uninterrupted one from here.",
+                  file=sys.stderr, flush=True)
+
+    # --------------------------------------------------------------------------------- the checkpoint folder
+    @contextmanager
+    def guard_checkpoint(self, folder: str):
         """A checkpoint folder that already exists (a run restarted in the same output_dir without resuming) is moved
-        aside while the new one is written and put back if writing fails (a full disk), so it is never truncated.
-        Relies on transformers writing checkpoint `checkpoint-<global_step>` under `_get_output_dir(trial)`."""
-        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        aside while the new one is written and put back if writing fails (a full disk), so it is never truncated."""
+        t = self.trainer
         kept = os.path.join(os.path.dirname(folder), f".previous-{os.path.basename(folder)}")
-        moved = bool(self.args.should_save and os.path.isdir(folder))
+        moved = bool(t.args.should_save and os.path.isdir(folder))
         if moved:
             shutil.rmtree(kept, ignore_errors=True)
             os.rename(folder, kept)
-        if self.args.world_size > 1:
-            self.accelerator.wait_for_everyone()  # no process writes into the folder before it is moved aside
+        if t.args.world_size > 1:
+            t.accelerator.wait_for_everyone()  # no process writes into the folder before it is moved aside
         try:
-            super()._save_checkpoint(model, trial)
+            yield
         except BaseException:
             if moved:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -147,41 +189,3 @@ class ResumeMixin:
             raise
         if moved:
             shutil.rmtree(kept, ignore_errors=True)
-
-    def _save_rng_state(self, output_dir: str) -> None:
-        super()._save_rng_state(output_dir)
-        os.makedirs(output_dir, exist_ok=True)
-        _write_atomic(self._resume_state(), os.path.join(output_dir, STATE_FILE.format(self.args.process_index)))
-
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        if checkpoint is None:
-            return
-        path = os.path.join(checkpoint, STATE_FILE.format(self.args.process_index))
-        if not os.path.isfile(path):
-            self._resume_without_state(checkpoint)
-            return
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        self._step = state["step"]
-        self._buffered_inputs = _to(state["buffered_inputs"], self.accelerator.device)
-        for name, value in state["generators"].items():
-            generator = getattr(self, name, None)
-            if isinstance(generator, torch.Generator):
-                generator.set_state(value)
-        for name, values in state["metrics"].items():
-            self._metrics["train"][name].extend(values)
-        # Absent from states written before the refill position was saved: refills then restart from the first.
-        self._ds_drawn = self._ds_skip = int(state.get("refill_batches_drawn", 0))
-        self._load_method_state(state.get("method_state") or {})
-
-    def _resume_without_state(self, checkpoint: str) -> None:
-        """A checkpoint written without the state file (exploration-trl 0.2.0, or plain TRL): align `_step` with the
-        data loader (which TRL's resume positions at the same micro-batch) and say that the partial rollout is new."""
-        self._step = int(self.state.global_step) * self.args.gradient_accumulation_steps
-        self._buffered_inputs = None
-        done = self._step % self._generate_every()
-        if done and self.accelerator.is_main_process:
-            print(f"exploration-trl: {checkpoint} has no saved rollout buffer (written by exploration-trl 0.2.0 or "
-                  f"earlier, or by TRL), so the {self._generate_every() - done} remaining updates of its rollout "
-                  "train on a re-sampled rollout; the run is not the uninterrupted one from here.",
-                  file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
 """vLLM in the trainers: a weight sync vLLM's CPU backend accepts, vLLM's own log-probs reused for the methods'
-rollout statistics, and a clean shutdown (`VLLMMixin`, mixed into `ExplorationGRPOTrainer`).
+rollout statistics, and a clean shutdown (`VLLMSupport`, a component of the trainer; the CPU engine,
+`CPUVLLMGeneration`, subclasses TRL's and so lives in the TRL adapter, `base.py`).
 
 **Weight sync on CPU.** TRL 1.16's colocate sync (`VLLMGeneration.sync_weights`) hands vLLM's model one parameter at
 a time to `model.load_weights`. vLLM's CPU backend packs every linear layer's weight for oneDNN when it loads the
@@ -51,112 +52,29 @@ _NEUTRAL_GENERATION_KWARGS = frozenset({"seed", "max_tokens", "stop", "stop_toke
                                         "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output"})
 
 
-def _trl_vllm_generation():
-    from trl.generation.vllm_generation import VLLMGeneration
-
-    return VLLMGeneration
-
-
-def cpu_generation_class():
-    """`CPUVLLMGeneration`, TRL's `VLLMGeneration` with the CPU weight syncs (defined lazily: it subclasses TRL's)."""
-    global _CPU_CLASS
-    if _CPU_CLASS is None:
-        _CPU_CLASS = _define_cpu_class(_trl_vllm_generation())
-    return _CPU_CLASS
+def vllm_on_cpu(config) -> bool:
+    """Whether this run generates with vLLM without a GPU: TRL's engine is then replaced by the CPU one (`base.py`)."""
+    return config is not None and getattr(config, "use_vllm", False) and not torch.cuda.is_available()
 
 
-_CPU_CLASS = None
-
-
-def _define_cpu_class(base):
-    class CPUVLLMGeneration(base):
-        """TRL's `VLLMGeneration`, syncing weights through vLLM's reload API when vLLM runs on the CPU."""
-
-        _server_weights_dir: str | None = None
-
-        def _server_without_nccl(self) -> bool:
-            return self.mode == "server" and self.accelerator.device.type != "cuda"
-
-        def _init_vllm(self):
-            if not self._server_without_nccl():
-                return super()._init_vllm()
-            # TRL's server branch, less `init_communicator` (NCCL only; it raises NotImplementedError off CUDA).
-            from trl.generation.vllm_client import VLLMClient
-
-            if self.accelerator.is_main_process:
-                base_url = self.server_base_url or f"http://{self.server_host}:{self.server_port}"
-                self.vllm_client = VLLMClient(base_url=base_url, group_port=self.group_port,
-                                              connection_timeout=self.server_timeout)
-                self.vllm_client.get_server_info()  # one clear error when the development endpoints are off
-            self.accelerator.wait_for_everyone()
-
-        def sync_weights(self):
-            if self.mode == "colocate" and vllm_runs_on_cpu():
-                self._reload_colocated()
-            elif self._server_without_nccl():
-                self._reload_server_from_disk()
-            else:
-                super().sync_weights()
-
-        def _weights(self):
-            """TRL's own iterator (gathers ZeRO-3/FSDP shards, merges a LoRA adapter and strips PEFT names), copied
-            tensor by tensor: vLLM's layerwise reload may hold a tensor until its layer is complete, after the gather
-            context that produced it has released it. Exhausted at the end, so TRL unmerges the adapter."""
-            params = self._iter_named_params()
-            try:
-                for name, tensor in params:
-                    yield name, tensor.detach().clone()
-            finally:
-                for _ in params:
-                    pass
-
-        def _reload_colocated(self):
-            if self.enable_sleep_mode:  # as TRL does before loading
-                self.llm.wake_up(tags=["weights"])
-                self._llm_weights_sleeping = False
-            runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
-            runner.reload_weights(weights_iterator=self._weights(), is_checkpoint_format=True)
-            self.llm.reset_prefix_cache()
-
-        def _reload_server_from_disk(self):
-            from safetensors.torch import save_file
-
-            main = self.accelerator.is_main_process
-            tensors = {}
-            for name, tensor in self._weights():  # every process iterates: gathering shards is a collective
-                if main:
-                    tensors[name] = tensor.to("cpu").contiguous()
-            if main:
-                if self._server_weights_dir is None:
-                    self._server_weights_dir = tempfile.mkdtemp(prefix="exploration_trl_vllm_sync_")
-                save_file(tensors, os.path.join(self._server_weights_dir, "model.safetensors"), metadata={"format": "pt"})
-                client = self.vllm_client
-                response = client.session.post(
-                    f"{client.base_url}/collective_rpc",
-                    json={"method": "reload_weights", "kwargs": {"weights_path": self._server_weights_dir}},
-                )
-                if response.status_code != 200:
-                    raise RuntimeError(f"the vLLM server at {client.base_url} could not reload the weights from "
-                                       f"{self._server_weights_dir} ({response.status_code}: {response.text[:200]}); "
-                                       "it must run on this host with VLLM_SERVER_DEV_MODE=1")
-                client.reset_prefix_cache()
-            self.accelerator.wait_for_everyone()
-
-        def close(self):
-            if self._server_weights_dir is not None:
-                shutil.rmtree(self._server_weights_dir, ignore_errors=True)
-                self._server_weights_dir = None
-
-    return CPUVLLMGeneration
+def check_cpu_head_size(config, model) -> None:
+    """One-line error before TRL builds vLLM on a CPU for a model whose head size vLLM's CPU attention refuses."""
+    if vllm_on_cpu(config) and config.vllm_mode == "colocate" and vllm_runs_on_cpu():
+        if problem := cpu_head_size_problem(model):
+            raise ValueError(f"use_vllm: {problem}; set use_vllm: false to generate with transformers")
 
 
 @contextmanager
-def _trl_builds(cls):
-    """While TRL's `GRPOTrainer.__init__` runs, make it build `cls` instead of its `VLLMGeneration`.
+def trl_builds(cls):
+    """While TRL's `GRPOTrainer.__init__` runs, make it build `cls` instead of its `VLLMGeneration` (None: TRL's).
 
     Relies on TRL 1.16's `GRPOTrainer.__init__` constructing the engine as `VLLMGeneration(...)`, the name imported
-    into `trl.trainer.grpo_trainer` (pinned in `tests/test_trl_contract.py`).
+    into `trl.trainer.grpo_trainer` (pinned in `tests/test_trl_contract.py`). Scoped to that call: the name is TRL's
+    again as soon as the trainer is built.
     """
+    if cls is None:
+        yield
+        return
     import trl.trainer.grpo_trainer as grpo_module
 
     original = grpo_module.VLLMGeneration
@@ -167,60 +85,113 @@ def _trl_builds(cls):
         grpo_module.VLLMGeneration = original
 
 
-def _config_of(args, kwargs):
-    config = kwargs.get("args")
-    if config is None and len(args) > 2:
-        config = args[2]
-    return config
+# ----------------------------------------------------------------------------------- the CPU engine's weight sync
+# `CPUVLLMGeneration` (the TRL adapter, `base.py`) subclasses TRL's engine and calls these.
+def server_without_nccl(engine) -> bool:
+    return engine.mode == "server" and engine.accelerator.device.type != "cuda"
 
 
-class VLLMMixin:
-    """The vLLM parts of `ExplorationGRPOTrainer` (see the module docstring)."""
+def connect_server(engine) -> None:
+    """TRL's server branch of engine set-up, less `init_communicator` (NCCL only; it raises NotImplementedError off
+    CUDA): the client, and one clear error when the server's development endpoints are off."""
+    from trl.generation.vllm_client import VLLMClient
 
-    def __init__(self, *args, **kwargs):
-        config = _config_of(args, kwargs)
-        on_cpu = (config is not None and getattr(config, "use_vllm", False) and not torch.cuda.is_available())
-        self._vllm_prompt_logprobs: dict[tuple[int, ...], list[float]] = {}
-        if on_cpu and config.vllm_mode == "colocate" and vllm_runs_on_cpu():
-            model = kwargs.get("model", args[0] if args else None)
-            if problem := cpu_head_size_problem(model):
-                raise ValueError(f"use_vllm: {problem}; set use_vllm: false to generate with transformers")
-        if on_cpu:
-            with _trl_builds(cpu_generation_class()):
-                super().__init__(*args, **kwargs)
-        else:
-            super().__init__(*args, **kwargs)
-        if self.use_vllm:
-            self._request_vllm_prompt_logprobs()
+    if engine.accelerator.is_main_process:
+        base_url = engine.server_base_url or f"http://{engine.server_host}:{engine.server_port}"
+        engine.vllm_client = VLLMClient(base_url=base_url, group_port=engine.group_port,
+                                        connection_timeout=engine.server_timeout)
+        engine.vllm_client.get_server_info()
+    engine.accelerator.wait_for_everyone()
 
-    # ------------------------------------------------------------------ vLLM's log-probs
-    def _start_vllm_batch(self):
+
+def copied(params):
+    """TRL's weight iterator (it gathers ZeRO-3/FSDP shards, merges a LoRA adapter and strips PEFT names), copied
+    tensor by tensor: vLLM's layerwise reload may hold a tensor until its layer is complete, after the gather context
+    that produced it has released it. Exhausted at the end, so TRL unmerges the adapter."""
+    try:
+        for name, tensor in params:
+            yield name, tensor.detach().clone()
+    finally:
+        for _ in params:
+            pass
+
+
+def reload_colocated(engine, weights) -> None:
+    runner = engine.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    engine.llm.reset_prefix_cache()
+
+
+def reload_server_from_disk(engine, weights) -> None:
+    """Write the weights to a safetensors folder and ask the server (same host) to reload them from it."""
+    from safetensors.torch import save_file
+
+    main = engine.accelerator.is_main_process
+    tensors = {}
+    for name, tensor in weights:  # every process iterates: gathering shards is a collective
+        if main:
+            tensors[name] = tensor.to("cpu").contiguous()
+    if main:
+        if engine._server_weights_dir is None:
+            engine._server_weights_dir = tempfile.mkdtemp(prefix="exploration_trl_vllm_sync_")
+        folder = engine._server_weights_dir
+        save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+        client = engine.vllm_client
+        response = client.session.post(f"{client.base_url}/collective_rpc",
+                                       json={"method": "reload_weights", "kwargs": {"weights_path": folder}})
+        if response.status_code != 200:
+            raise RuntimeError(f"the vLLM server at {client.base_url} could not reload the weights from {folder} "
+                               f"({response.status_code}: {response.text[:200]}); it must run on this host with "
+                               "VLLM_SERVER_DEV_MODE=1")
+        client.reset_prefix_cache()
+    engine.accelerator.wait_for_everyone()
+
+
+def remove_weights_dir(engine) -> None:
+    folder = engine._server_weights_dir
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        engine._server_weights_dir = None
+
+
+class VLLMSupport:
+    """The vLLM parts of one trainer (see the module docstring): vLLM's log-probs reused, and the shutdown."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.prompt_logprobs: dict[tuple[int, ...], list[float]] = {}  # the batch's, by prompt token ids
+        if trainer.use_vllm:
+            self.request_prompt_logprobs()
+
+    def start_batch(self):
         """Forget the previous batch's prompt log-probs; this batch's `LLM.generate` calls (several with dynamic
         sampling) fill them again. The first step of `ExplorationGRPOTrainer._generate_and_score_completions`."""
-        self._vllm_prompt_logprobs = {}
+        self.prompt_logprobs = {}
 
-    def _vllm_logps_are_trls(self) -> bool:
+    def logps_are_trls(self) -> bool:
         """Whether vLLM's processed log-probs are TRL's `log_softmax(logits / temperature)` of the sampled token."""
-        args = self.args
-        extra = set(args.generation_kwargs or {}) - _NEUTRAL_GENERATION_KWARGS
-        return (self.top_p == 1.0 and self.top_k in (None, 0, -1) and not self.min_p
-                and self.repetition_penalty == 1.0 and not extra)
+        t = self.trainer
+        extra = set(t.args.generation_kwargs or {}) - _NEUTRAL_GENERATION_KWARGS
+        return (t.top_p == 1.0 and t.top_k in (None, 0, -1) and not t.min_p
+                and t.repetition_penalty == 1.0 and not extra)
 
-    def _uses_vllm_logps(self) -> bool:
-        return (self.use_vllm and self._needs_rollout_logps() and not self._needs_rollout_candidates()
-                and not self._trl_computes_old_logps() and self._vllm_logps_are_trls() and not self.tools
-                and self.rollout_func is None and not self._is_vlm)
+    def uses_logps(self) -> bool:
+        t = self.trainer
+        return (t.use_vllm and t._needs_rollout_logps() and not t._needs_rollout_candidates()
+                and not t._trl_computes_old_logps() and self.logps_are_trls() and not t.tools
+                and t.rollout_func is None and not t.is_vision_language())
 
-    def _request_vllm_prompt_logprobs(self):
+    def request_prompt_logprobs(self):
         """Colocate, temperature 1: ask vLLM for the prompt tokens' log-probs and keep them from each `generate`.
 
         Wraps this trainer's `LLM.generate` (an instance attribute; vLLM's class is untouched) because TRL's
         `VLLMGeneration.generate` returns only the completions' log-probs.
         """
-        if not (self._uses_vllm_logps() and self._needs_prompt_logps() and self.vllm_mode == "colocate"
-                and self.temperature == 1.0):
+        t = self.trainer
+        if not (self.uses_logps() and t._needs_prompt_logps() and t.vllm_mode == "colocate"
+                and t.temperature == 1.0):
             return
-        generation = self.vllm_generation
+        generation = t.vllm_generation
         generation.generation_kwargs = {**generation.generation_kwargs, "prompt_logprobs": 0}
         llm = generation.llm
         original = llm.generate
@@ -233,36 +204,33 @@ class VLLMMixin:
                 ids = list(out.prompt_token_ids)
                 values = [math.nan] + [entry[token].logprob for token, entry in zip(ids[1:], out.prompt_logprobs[1:],
                                                                                    strict=True)]
-                self._vllm_prompt_logprobs[tuple(ids)] = values
+                self.prompt_logprobs[tuple(ids)] = values
             return outputs
 
         llm.generate = generate
 
-    def _capture_from_generation(self, output) -> _Capture | None:
-        capture = super()._capture_from_generation(output)
-        if capture is not None or not self._uses_vllm_logps():
-            return capture
+    def capture_from_generation(self, output) -> _Capture | None:
+        """vLLM's own log-probs of the sampled tokens as the rollout statistics, when they are TRL's quantity."""
+        if not self.uses_logps():
+            return None
         logps = output.get("sampling_per_token_logps")
         if logps is None:
             return None
         mask = output["completion_mask"].bool()
         if torch.isnan(logps[mask]).any():  # a token vLLM could not score: recompute instead
             return None
-        self._count_vllm_logps_reuse()
+        self.trainer.metrics.note("vllm/rollout_logps_from_vllm", 1.0)
         return _Capture(mode="rollout", logps=torch.where(mask, logps, torch.zeros_like(logps)))
 
-    def _count_vllm_logps_reuse(self):
-        mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["vllm/rollout_logps_from_vllm"].append(1.0)
-
     @torch.no_grad()
-    def _prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
-        recorded = self._vllm_prompt_logprobs
+    def prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor | None:
+        """The prompts' log-probs vLLM scored while generating (`request_prompt_logprobs`); None if one is missing."""
+        recorded = self.prompt_logprobs
         rows = []
         for ids, mask in zip(prompt_ids.tolist(), prompt_mask.tolist(), strict=True):
             real = tuple(t for t, m in zip(ids, mask, strict=True) if m)
             if real not in recorded:
-                return super()._prompt_only_logps(prompt_ids, prompt_mask)
+                return None
             rows.append(recorded[real])
         width = prompt_ids.size(1)
         out = torch.zeros(len(rows), max(width - 1, 0), device=prompt_ids.device)
@@ -271,17 +239,17 @@ class VLLMMixin:
             scored = torch.tensor(values[1:], dtype=out.dtype, device=out.device)
             if scored.numel():
                 out[i, width - 1 - scored.numel():] = scored
-        mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["vllm/prompt_logps_from_vllm"].append(1.0)
+        self.trainer.metrics.note("vllm/prompt_logps_from_vllm", 1.0)
         return out
 
     # ------------------------------------------------------------------ shutdown
-    def close_vllm(self):
+    def close(self):
         """Shut the colocated vLLM engine down (and its process group, which it created), before any other teardown.
 
         Safe to call twice, and a no-op without vLLM. The trainer cannot generate with vLLM afterwards.
         """
-        generation = getattr(self, "vllm_generation", None)
+        t = self.trainer
+        generation = getattr(t, "vllm_generation", None)
         if generation is None:
             return
         if hasattr(generation, "close"):
@@ -290,4 +258,4 @@ class VLLMMixin:
         if llm is not None:
             generation.llm = None
             shutdown_llm(llm)
-        self.vllm_generation = None
+        t.vllm_generation = None

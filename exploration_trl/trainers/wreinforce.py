@@ -13,7 +13,8 @@ from ..rewards._base import is_correct
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from .config import check_sum_then_normalize
 from .correctness_guard import guard_correctness
-from .metrics_logging import WindowWarning
+from .window_warning import WindowWarning
+from .strategy import AdvantageStrategy
 
 #: 1 for a generation batch whose advantages were all 0 (PSR without a correct completion, NSR without a wrong one).
 ZERO_BATCH = "wreinforce/zero_advantage_batch_frac"
@@ -71,26 +72,32 @@ def _zero_batches(trainer, values: list[float]) -> str:
     changes=("REINFORCE with +1/−1 rewards and no baseline, the correct completions weighted by λ: advantage `λ` "
              "(correct) or `−1` (wrong); `psr` / `nsr` keep one side"),
 ))
-class WReinforceTrainer(ExplorationGRPOTrainer):
+class WReinforce(AdvantageStrategy):
     """Advantage-side: W-REINFORCE's constant advantages per correctness class
     (`core.weighted_reinforce_advantages`)."""
 
     config_class = WReinforceConfig
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
 
-    def _compute_advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        super()._compute_advantages(batch)  # TRL's advantages are replaced
-        self._mark_hook_ran("wreinforce")
-        rewards, a = batch.rewards, self.args
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        t, a = self.trainer, self.args  # TRL's advantages are replaced
+        t.mark_hook_ran("wreinforce")
+        rewards = batch.rewards
         correct = is_correct(rewards, a.correct_reward_threshold)
-        guard_correctness(self, rewards, correct, batch.num_generations, "wreinforce",
+        guard_correctness(t, rewards, correct, batch.num_generations, "wreinforce",
                           "W-REINFORCE gives every completion the same advantage, so it moves the likelihood of every "
                           "sample alike")
         valid = ~torch.isnan(rewards)
         adv = core_est.weighted_reinforce_advantages(correct, valid, a.wreinforce_lambda, a.wreinforce_mode)
-        self._log_device_metrics({  # global already (the gathered rewards): kept on the device until the log
+        t.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
             "wreinforce/correct_frac": ((correct & valid).sum(), valid.sum()),
             "wreinforce/adv_mean": (adv.sum(), valid.sum()),
             ZERO_BATCH: ((adv == 0).all().double(), 1.0),
         }, reduce=False)
         return adv.to(batch.advantages.device)[batch.process_slice]
+
+
+class WReinforceTrainer(ExplorationGRPOTrainer):
+    """TRL's `GRPOTrainer` with W-REINFORCE's advantages (the `WReinforce` strategy)."""
+
+    method = "wreinforce"

@@ -62,8 +62,6 @@ def _resolve_commit(commit: str) -> str:
 
 
 def _combine(args) -> int:
-    import shutil
-
     from . import analysis, runner
 
     if not args.protocol_commit:
@@ -76,22 +74,52 @@ def _combine(args) -> int:
             raise ValueError(f"--combine {d}: no {runner.RESULT_FILE}; run `exploration-trl confirm --config ... "
                              f"--output-dir {d}` until every run has finished")
         results.append(json.loads(path.read_text()))
-        diversities.append(analysis.diversity(results[-1], runner.collect(Path(d))))
+        if results[-1].get("protocol_version") != 2:
+            diversities.append(analysis.diversity(results[-1], runner.collect(Path(d))))
+    if any(r.get("protocol_version") == 2 for r in results):
+        return _combine_second(args, sha, results)
     combined = analysis.combine(results, sha, diversities)
     write = Path(args.write)
     _common.write_json(write, combined)
     print(f"wrote {write}")
-    for d, r in zip(args.combine, results):
+    _copy_plots(args.combine, results, write)
+    for f in args.fill:
+        filled = analysis.fill_verdicts(Path(f), combined)
+        print(f"filled the verdicts in {f} ({' and '.join(filled)})")
+    print(analysis.verdict_markdown(combined))
+    return 0
+
+
+def _copy_plots(dirs, results: list[dict], write: Path) -> None:
+    """Each set-up's curve plot into `img/` beside the combined JSON (the docs link it from there)."""
+    import shutil
+
+    from . import runner
+
+    for d, r in zip(dirs, results):
         plot = Path(d) / runner.PLOT_FILE
         if plot.exists():
             target = write.parent / "img" / f"confirmatory_{r['name']}.png"
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(plot, target)
             print(f"wrote {target}")
+
+
+def _combine_second(args, sha: str, results: list[dict]) -> int:
+    """Second-protocol set-ups: their verdicts go under `second_protocol` in --write, beside the first protocol's."""
+    from . import combine_v2
+
+    write = Path(args.write)
+    current = json.loads(write.read_text()) if write.is_file() else {}
+    first = {k: v for k, v in current.items() if k != "second_protocol"}
+    section = combine_v2.combine(results, sha, first or None)
+    _common.write_json(write, {**current, "second_protocol": section})
+    print(f"wrote {write} (second_protocol)")
+    _copy_plots(args.combine, results, write)
     for f in args.fill:
-        filled = analysis.fill_verdicts(Path(f), combined)
-        print(f"filled the verdicts in {f} ({' and '.join(filled)})")
-    print(analysis.verdict_markdown(combined))
+        filled = combine_v2.fill_verdicts(Path(f), section)
+        print(f"filled the second protocol's verdicts in {f} ({' and '.join(filled)})")
+    print(combine_v2.summary_markdown(section))
     return 0
 
 

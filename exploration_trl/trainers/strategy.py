@@ -1,0 +1,195 @@
+"""A method is a registered strategy: one object that says once what the method is and does, and that
+`ExplorationGRPOTrainer` calls at fixed points of TRL's step (in the spirit of verl's `core_algos` registry, where an
+algorithm is a function registered by name).
+
+A strategy class declares, as class attributes and methods:
+
+* its record, by `@register_method(MethodInfo(...))` on the class (`exploration_trl.methods`), and `config_class`, the
+  dataclass of its config keys and of the TRL defaults it changes (its presets);
+* what it needs from the rollout (`needs_rollout_logps`, `needs_prompt_logps`, `needs_rollout_candidates`) and from
+  the loss pass (`needs_loss_capture`);
+* its hooks, by side: an advantage-side strategy `advantages(batch, advantages)`, once per generation batch; a
+  loss-side one `transform_logps(logps, capture, inputs, state)` (the log-probs TRL's ratio sees) and/or
+  `extra_loss(inputs, capture, state)` (a per-token term reduced as TRL's `loss_type` reduces its own), on every
+  micro-batch; either may add per-completion tensors to the batch (`rollout_extras`);
+* its metrics, queued on the device with `trainer.queue_metrics({name: (sum, count)})` and read at the next log, and
+  its warnings decided from one metric's window at a log (`window_warnings`), each given once per run;
+* its "did nothing this step" condition: it calls `trainer.mark_hook_ran(self.name)` when it acts; a step on which a
+  strategy's hook did not act stops training (`HookDidNotRunError`), never silently GRPO;
+* what it keeps between steps (`state_dict` / `load_state_dict`) and its private random generators (`generators`),
+  saved in every checkpoint and restored on resume.
+
+One trainer holds at most one strategy of each side (`method: progrpo+casp`; the loss side's presets win). The
+strategy keeps its trainer as `self.trainer` and reads the run's settings from `self.trainer.args`. The worked
+example: `docs/writing_a_method.md`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .capture import _Capture
+    from .window_warning import WindowWarning
+    from .rollout import RolloutBatch
+
+__all__ = ["Strategy", "AdvantageStrategy", "LossStrategy", "bind_public_class", "build_strategies",
+           "expected_hooks", "check_hooks_ran"]
+
+
+class Strategy:
+    """The base of every method (see the module docstring). One instance per trainer, made once TRL's set-up ran."""
+
+    #: Marks a strategy class for `register_method` (a trainer class registered directly is the 0.7 form).
+    is_strategy = True
+    #: Set by `register_method`: the record (`MethodInfo`), its name and its side.
+    info: Any = None
+    name: str = ""
+    side: str = ""
+    #: The method's config dataclass (its keys and presets); every strategy sets it.
+    config_class: type | None = None
+    #: Warnings decided at a log from one metric's window (`metrics_logging.WindowWarning`), given once per run.
+    window_warnings: tuple[WindowWarning, ...] = ()
+
+    def __init__(self, trainer):
+        """Checks and warnings that need the trainer (its layout, its model) belong here."""
+        self.trainer = trainer
+
+    @property
+    def args(self):
+        return self.trainer.args
+
+    # -------------------------------------------------------------------------------------------- what it needs
+    def needs_rollout_logps(self) -> bool:
+        """The rollout policy's per-token log-probs and entropies of the completions, in `batch`."""
+        return False
+
+    def needs_prompt_logps(self) -> bool:
+        """log p(q_t | q_<t) of the prompt tokens, in `batch` (ProGRPO's prompt confidence)."""
+        return False
+
+    def needs_rollout_candidates(self) -> bool:
+        """The rollout pass's hidden states, kept for the loss (CaSP's candidates when off-policy)."""
+        return False
+
+    def needs_loss_capture(self) -> bool:
+        """The loss pass's hidden states and entropies (every loss-side hook that reads the policy)."""
+        return False
+
+    # ------------------------------------------------------------------------------------------------ the hooks
+    def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+        """Per-completion tensors the loss reads (TRL shuffles and splits them with the batch)."""
+        return {}
+
+    def prompt_logps(self, logps: torch.Tensor, mask: torch.Tensor, output) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt log-probs and mask the advantage hook reads (e.g. only the user's tokens)."""
+        return logps, mask
+
+    def before_loss(self, model, inputs) -> None:
+        """On every micro-batch, before TRL's loss (e.g. KL-Cov's global selection on a step's first one)."""
+
+    # ------------------------------------------------------------------------------------- state between steps
+    def state_dict(self) -> dict:
+        """Plain Python values that must survive a resume (the file is loaded with `weights_only`)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` saved (an empty dict for checkpoints written before it existed)."""
+
+    def generators(self) -> dict[str, torch.Generator]:
+        """Private random generators by a name unique to the method, saved and restored with every checkpoint."""
+        return {}
+
+
+class AdvantageStrategy(Strategy):
+    """A method that changes the advantages, once per generation batch."""
+
+    def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
+        """This process's new advantages, `(B_local,)` or `(B_local, T)`, from TRL's (`advantages`) and `batch`."""
+        raise NotImplementedError
+
+
+class LossStrategy(Strategy):
+    """A method that changes the per-token loss, on every micro-batch (it reads TRL's own forward pass)."""
+
+    def needs_loss_capture(self) -> bool:
+        return True
+
+    def transform_logps(self, logps: torch.Tensor, capture: _Capture, inputs, state: dict) -> torch.Tensor:
+        """The log-probs TRL's loss should see: TRL forms its ratio as `exp(returned - old)`, so a method that wants
+        ratio `R` returns `old + log(R)`."""
+        return logps
+
+    def extra_loss(self, inputs, capture: _Capture, state: dict) -> torch.Tensor | None:
+        """A `(B, T)` term added to TRL's loss, reduced exactly as TRL's `loss_type` reduces its own. None: none."""
+        return None
+
+
+def build_strategies(trainer) -> list[Strategy]:
+    """The strategies of `trainer.method` (advantage side first), made for `trainer`; none for GRPO. A 0.7-form
+    trainer class in a composition has no strategy: its hooks are methods of the trainer's own class."""
+    from ..methods import parse_method, strategy_of
+
+    if trainer.method is None:
+        return []
+    strategies = []
+    for part in parse_method(trainer.method):
+        cls = strategy_of(part)
+        if cls is None:
+            continue
+        if not isinstance(trainer.args, cls.config_class):
+            name = type(trainer).__name__
+            raise ValueError(f"{name} runs {part}, whose keys are in {cls.config_class.__name__}, but args is "
+                             f"{type(trainer.args).__name__}; build args with {name}.config_class(...)")
+        strategies.append(cls(trainer))
+    return strategies
+
+
+def bind_public_class(cls: type) -> None:
+    """Called for every trainer class: a public method class is thin, `method = "<name>"`, and this binds it to the
+    registered strategy (its config class, its hook and name for cards) and records it as the method's trainer
+    (`methods.bind_trainer`). A composition's class (`"a+b"`) is built by the registry with its own config."""
+    from ..methods import bind_trainer, parse_method, strategy_of
+
+    method = cls.__dict__.get("method")
+    if method is None or "+" in method:
+        return
+    strategy = strategy_of(parse_method(method)[0])
+    if strategy is None:
+        raise ValueError(f"{cls.__name__} binds method {method!r}, which is not a registered strategy")
+    if "config_class" not in cls.__dict__:
+        cls.config_class = strategy.config_class
+    cls.method_name = strategy.name
+    if strategy.side != "none":
+        cls.hook = (strategy.side, strategy.name)
+    bind_trainer(strategy.name, cls)
+
+
+def expected_hooks(trainer, side: str) -> list[str]:
+    """Names of the hooks `trainer` must run on every step of `side` ("advantage" or "loss"): its strategies' of that
+    side, a 0.7-form method class's `hook = (side, name)`, and on the loss side the exploration metrics when they are
+    switched on."""
+    names = [s.name for s in trainer.strategies if s.side == side]
+    for cls in type(trainer).__mro__:
+        hook = cls.__dict__.get("hook")
+        if hook is not None and hook[0] == side and hook[1] not in names:
+            names.append(hook[1])
+    if side == "loss" and trainer.args.exploration_metrics:
+        names.append("exploration metrics")
+    return names
+
+
+def check_hooks_ran(trainer, side: str, reason: str) -> None:
+    """No silent no-op: stop when a hook expected on this step (`expected_hooks`) did not mark that it acted."""
+    from ..errors import HookDidNotRunError
+
+    missing = [n for n in trainer._expected_hooks(side) if n not in trainer._ran_hooks]
+    if missing:
+        mode = "training" if trainer.model.training else "evaluation"
+        raise HookDidNotRunError(
+            f"{' and '.join(missing)}: the {side}-side hook did not run on this {mode} step ({reason}); "
+            f"stopping rather than silently training plain GRPO. Please report this with your TRL version and "
+            f"launcher (accelerate/DeepSpeed/FSDP config)."
+        )
