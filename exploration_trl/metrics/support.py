@@ -164,12 +164,14 @@ def _bucketed_top_p_count(lp: torch.Tensor, target: float, dtype: torch.dtype) -
     """
     rows, vocab = lp.shape
     hi = lp.amax(dim=-1, keepdim=True)
-    lo = torch.where(lp == -float("inf"), hi, lp).amin(dim=-1, keepdim=True)  # lowest finite log-probability
+    # Any lower edge is exact as long as buckets rise with log-probability (tokens below it join bucket 0). The row's
+    # lowest value, floored at hi - 1000 where a float64 probability is 0 (rows with -inf tokens), gives fine buckets.
+    lo = torch.maximum(lp.amin(dim=-1, keepdim=True), hi - 1000.0)
     width = hi - lo
     scale = torch.where(width > 0, _BUCKETS / width.clamp(min=torch.finfo(lp.dtype).tiny), torch.zeros_like(width))
     # Buckets rise with log-probability; zero-probability tokens (-inf) land in bucket 0 with no mass.
     bucket = (lp - lo).mul_(scale).clamp_(0, _BUCKETS - 1).long()
-    probs = lp.to(dtype).exp()
+    probs = lp.to(dtype).exp_()
     mass = probs.new_zeros(rows, _BUCKETS).scatter_add_(1, bucket, probs)
     count = torch.zeros(rows, _BUCKETS, dtype=torch.long, device=lp.device).scatter_add_(
         1, bucket, torch.ones(1, 1, dtype=torch.long, device=lp.device).expand_as(bucket)
@@ -183,10 +185,13 @@ def _bucketed_top_p_count(lp: torch.Tensor, target: float, dtype: torch.dtype) -
     reached = crossing >= 0
     j = crossing.clamp(min=0)[:, None]
     above_mass, above_count = mass_from.gather(1, j + 1), count_from.gather(1, j + 1)
-    in_bucket = (bucket == j) & reached[:, None]
     n_in = count.gather(1, j).squeeze(1) * reached
     width_in = int(n_in.max()) if rows else 0  # the one host read
-    inside = torch.where(in_bucket, probs, probs.new_full((), -1.0)).topk(max(width_in, 1), dim=-1).values
+    # The crossing bucket's tokens, highest first: ordered in lp's own dtype (exp is monotone, so the order of the
+    # probabilities), then their float64 probabilities read back. Rows that never reach the target select nothing.
+    j = torch.where(reached[:, None], j, torch.full_like(j, -1))
+    order = lp.masked_fill(bucket != j, -float("inf")).topk(max(width_in, 1), dim=-1).indices
+    inside = probs.gather(1, order)
     real = torch.arange(inside.size(1), device=lp.device) < n_in[:, None]
     cum = above_mass + torch.where(real, inside, 0.0).cumsum(-1)
     needed = ((cum < target) & real).sum(dim=-1) + 1
