@@ -198,3 +198,13 @@ def test_expected_distinct_tokens_matches_naive_formula():
         torch.testing.assert_close(expected_distinct_tokens(lp, K), naive, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError):
         expected_distinct_tokens(lp, 0)
+
+
+def test_branching_factor_reuses_a_callers_ordering_and_ignores_a_short_one():
+    """`token_statistics` hands its own top-64 ordering over; the count is the sorted definition's either way."""
+    g = torch.Generator().manual_seed(7)
+    lp = (torch.randn(6, 5000, generator=g) * torch.tensor([0.02, 0.5, 2.0, 4.0, 8.0, 16.0])[:, None]).log_softmax(-1)
+    expected = _sorted_count(lp, 0.9)
+    assert torch.equal(branching_factor(lp, top_p=0.9, top_values=lp.topk(64, dim=-1).values), expected)
+    assert torch.equal(branching_factor(lp, top_p=0.9, top_values=lp.topk(80, dim=-1).values), expected)
+    assert torch.equal(branching_factor(lp, top_p=0.9, top_values=lp.topk(3, dim=-1).values), expected)  # too few

@@ -116,6 +116,7 @@ def branching_factor(
     *,
     atol: float = 1e-6,
     compute_dtype: torch.dtype = torch.float64,
+    top_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Number of candidates inside the top-p probability mass at each position.
 
@@ -133,6 +134,8 @@ def branching_factor(
     Args:
         logprobs: ``(N, V)`` (or ``(..., V)``) log-softmax rows.
         top_p: target mass in ``(0, 1]``.
+        top_values: the rows' largest log-probabilities, sorted descending (``(N, k)``, ``k >= min(V, 64)``), when
+            the caller already ordered them (`ops.lm_head.token_statistics`): saves one pass over the vocabulary.
 
     Returns:
         ``(N,)`` (or ``(...)``) ``torch.long`` tensor.
@@ -147,7 +150,10 @@ def branching_factor(
     if lp.shape[0] == 0:
         return out.reshape(lead)
 
-    head = lp.topk(min(vocab, _HEAD_K), dim=-1).values.to(compute_dtype).exp().cumsum(dim=-1)
+    k = min(vocab, _HEAD_K)
+    if top_values is None or top_values.shape[-1] < k:
+        top_values = lp.topk(k, dim=-1).values
+    head = top_values.reshape(-1, top_values.shape[-1])[:, :k].to(compute_dtype).exp().cumsum(dim=-1)
     out[:] = (head < target).sum(dim=-1) + 1
     if vocab > _HEAD_K:
         # Every row goes through the buckets (no host read to pick the unsettled ones); the head's count stands
