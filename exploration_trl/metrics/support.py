@@ -104,7 +104,7 @@ def entropy_by_correctness(entropies: torch.Tensor, mask: torch.Tensor | None, c
 
 
 #: Rows whose top-p mass lies within this many top candidates are settled by a partial top-k (trained LMs).
-_HEAD_K = 64
+HEAD_CANDIDATES = 64
 #: Log-probability buckets per row for the remaining rows: tokens of higher buckets all precede the bucket where
 #: the cumulative mass crosses top-p, so only that bucket's few tokens are ever sorted.
 _BUCKETS = 4096
@@ -150,14 +150,14 @@ def branching_factor(
     if lp.shape[0] == 0:
         return out.reshape(lead)
 
-    k = min(vocab, _HEAD_K)
+    k = min(vocab, HEAD_CANDIDATES)
     if top_values is None or top_values.shape[-1] < k:
         top_values = lp.topk(k, dim=-1).values
     head = top_values.reshape(-1, top_values.shape[-1])[:, :k].to(compute_dtype).exp().cumsum(dim=-1)
     out[:] = (head < target).sum(dim=-1) + 1
-    if vocab > _HEAD_K:
+    if vocab > HEAD_CANDIDATES:
         # Every row goes through the buckets (no host read to pick the unsettled ones); the head's count stands
-        # where the top `_HEAD_K` candidates reach the target.
+        # where the top `HEAD_CANDIDATES` candidates reach the target.
         settled = head[:, -1] >= target
         out = torch.where(settled, out, _bucketed_top_p_count(lp, target, compute_dtype))
     return out.clamp(min=1, max=vocab).reshape(lead)

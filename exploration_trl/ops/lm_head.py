@@ -25,9 +25,6 @@ CHUNK_ELEMENTS = 2**21
 #: at 32 MB (all of 64 sampled tokens in one chunk up to a 64k vocabulary, 3 chunks at Qwen2.5's 152k).
 METRIC_CHUNK_ELEMENTS = 2**22
 
-#: Candidates `token_statistics` orders per row when it also counts the top-p support (the branching factor's head).
-HEAD_CANDIDATES = 64
-
 
 def default_chunk_rows(vocab_size: int) -> int:
     """Rows per chunk for a `vocab_size` head: `DEFAULT_CHUNK_ROWS`, fewer for large vocabularies."""
@@ -145,6 +142,12 @@ def token_statistics(
         out["entropy"] = torch.zeros(m, device=dev)
     if top_p is not None:
         out["branching"] = torch.zeros(m, dtype=torch.long, device=dev)
+    # One ordering per row serves both the top-n candidates and, with top_p, the branching factor's head.
+    ordered = top_n
+    if top_p is not None:
+        from ..metrics.support import HEAD_CANDIDATES, branching_factor
+
+        ordered = max(top_n, min(HEAD_CANDIDATES, weight.shape[0]))
     for s in range(0, m, chunk_rows):
         sl = slice(s, s + chunk_rows)
         logps = torch.log_softmax(_logits(hidden[sl], weight, bias, temperature), dim=-1)
@@ -152,12 +155,9 @@ def token_statistics(
         out["target_logps"][sl] = logps.gather(-1, tgt[:, None]).squeeze(-1)
         if entropy:
             out["entropy"][sl] = -(logps.exp() * logps).sum(-1)
-        # One ordering serves both: the top-n candidates and the branching factor's head (its first 64 values).
-        top = logps.topk(top_n if top_p is None else max(top_n, min(HEAD_CANDIDATES, logps.shape[-1])), dim=-1)
+        top = logps.topk(ordered, dim=-1)
         out["topn_ids"][sl], out["topn_logps"][sl] = top.indices[:, :top_n], top.values[:, :top_n]
         out["is_top1"][sl] = top.indices[:, 0] == tgt
         if top_p is not None:
-            from ..metrics import branching_factor
-
             out["branching"][sl] = branching_factor(logps, top_p=top_p, top_values=top.values)
     return out
