@@ -146,7 +146,7 @@ def train_one(method: str, ckpt: str, out: Path, per_device: int, lora: bool, ma
     rank = trainer.accelerator.process_index
     (out / f"shapes_rank{rank}.json").write_text(json.dumps(trainer._shapes))
     if trainer.accelerator.is_main_process:
-        _, head = trainer._lm_head(trainer.model)
+        _, head = trainer.lm_head.of(trainer.model)
         info = {
             "method": method,
             "num_processes": trainer.accelerator.num_processes,

@@ -14,6 +14,7 @@ import torch
 
 import exploration_trl as et
 from exploration_trl.core.losses import token_covariance
+from exploration_trl.trainers.cov_global import GlobalCovSelection
 from helpers import toy_checkpoint, toy_dataset, train
 
 
@@ -47,6 +48,10 @@ def test_config_errors(method, kwargs, text, tmp_path):
                                     report_to=[], **kwargs)
 
 
+#: The unpatched method: each call of `_first_step_selection` patches the class again within one test.
+_FOR_INPUTS = GlobalCovSelection.for_inputs
+
+
 def _first_step_selection(method, selection, ga, ckpt, path, monkeypatch, **extra):
     """The (prompt, completion, position) triples the first optimizer step selects, whatever micro-batch held them."""
     from exploration_trl.trainers import cov as cov_module
@@ -68,12 +73,13 @@ def _first_step_selection(method, selection, ga, ckpt, path, monkeypatch, **extr
             current.update(inputs=inputs, step=self.state.global_step)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-        def _global_cov_for(self, inputs):
-            out = super()._global_cov_for(inputs)
-            if out is not None:
-                note(out[0])
-            return out
+    def noted_for_inputs(selection):
+        out = _FOR_INPUTS(selection)
+        if out is not None:
+            note(out[0])
+        return out
 
+    monkeypatch.setattr(GlobalCovSelection, "for_inputs", noted_for_inputs)
     name = "kl_cov_select" if method == "kl_cov" else "clip_cov_select"
     original = getattr(cov_module.core_loss, name)
     monkeypatch.setattr(cov_module.core_loss, name, lambda *a, **k: note(original(*a, **k)))

@@ -18,6 +18,7 @@ import exploration_trl as et
 from exploration_trl.toy import build_toy_tokenizer
 from exploration_trl.trainers._prompt_tokens import user_token_mask
 from exploration_trl.trainers.base import RolloutBatch
+from exploration_trl.trainers.still import position_bonus_active
 from helpers import distinct_char_reward, grpo_kwargs, letter_reward, max_param_diff, toy_checkpoint, toy_dataset, train
 
 T = torch.tensor
@@ -224,7 +225,7 @@ def test_position_bonus_schedule_defaults_to_the_report(ckpt, tmp_path):
     args = et.ExplorationGRPOConfig(**grpo_kwargs(tmp_path, position_bonus_gamma=0.1))
     assert (args.position_bonus_start_step, args.position_bonus_num_steps) == (200, 100)
     trainer = make("grpo", ckpt, tmp_path, position_bonus_gamma=0.1)
-    assert [trainer._position_bonus_active(s) for s in (0, 199, 200, 299, 300)] == [False, False, True, True, False]
+    assert [position_bonus_active(trainer.args, s) for s in (0, 199, 200, 299, 300)] == [False, False, True, True, False]
     b = batch(advantages=T([1.0, -1.0, 0.5, 0.0]))
     assert trainer._apply_still_shapers(b.advantages, b).shape == (4,)  # step 0: off
     b = batch(advantages=T([1.0, -1.0, 0.5, 0.0]), global_step=200)

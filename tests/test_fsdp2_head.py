@@ -1,4 +1,4 @@
-"""The FSDP2 path of `ExplorationGRPOTrainer._lm_head_weights`, on CPU with 2 gloo processes.
+"""The FSDP2 path of `head_weights` (the policy's LM head, `LMHead.weights`), on CPU with 2 gloo processes.
 
 accelerate 1.15 enables FSDP only for accelerator device types (with `use_cpu: true` it silently runs DDP), so no
 test here runs a whole FSDP2 training. This one checks the piece the package owns: an LM head sharded as a DTensor
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -30,7 +29,7 @@ def _worker(rank: int, world: int, port: int, out: str):
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
     from exploration_trl.ops.lm_head import candidate_logps
-    from exploration_trl.trainers.base import ExplorationGRPOTrainer
+    from exploration_trl.trainers.capture import head_weights
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -44,8 +43,7 @@ def _worker(rank: int, world: int, port: int, out: str):
         mesh = init_device_mesh("cpu", (world,))
         head.weight = torch.nn.Parameter(distribute_tensor(full.clone(), mesh, [Shard(0)]))
         assert isinstance(head.weight, DTensor) and head.weight.to_local().shape[0] == VOCAB // world
-        trainer = SimpleNamespace(model=None, _lm_head=lambda model: (None, head))
-        with ExplorationGRPOTrainer._lm_head_weights(trainer) as (weight, bias, regather):
+        with head_weights(head) as (weight, bias, regather):
             assert not isinstance(weight, DTensor) and weight.shape == (VOCAB, HIDDEN)
             assert torch.equal(weight.detach(), full) and bias is None
             logps = candidate_logps(hidden, weight, bias, ids, temperature=0.7, chunk_rows=4, regather=regather)

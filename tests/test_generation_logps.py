@@ -68,9 +68,9 @@ def test_mismatched_lengths_fall_back_to_the_pass(ckpt, tmp_path):
     cls = et.get_trainer_class("dsgrpo")
     trainer = cls(model=ckpt, reward_funcs=letter_reward, args=cls.config_class(**grpo_kwargs(tmp_path)),
                   train_dataset=toy_dataset())
-    trainer._generation_logps = [torch.zeros(3)] * 4
+    trainer.rollout.generation_logps = [torch.zeros(3)] * 4
     out = {"completion_mask": torch.ones(4, 5, dtype=torch.long), "completion_ids": torch.ones(4, 5, dtype=torch.long)}
     assert trainer._capture_from_generation(out) is None
-    trainer._generation_logps = [torch.full((5,), -1.0)] * 4
+    trainer.rollout.generation_logps = [torch.full((5,), -1.0)] * 4
     capture = trainer._capture_from_generation(out)
     assert isinstance(capture, _Capture) and capture.logps.shape == (4, 5) and capture.hidden is None

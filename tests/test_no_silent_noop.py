@@ -13,6 +13,7 @@ import exploration_trl as et
 from exploration_trl.cli import main as cli_main
 from exploration_trl.errors import HookDidNotRunError
 from exploration_trl.trainers.base import ExplorationGRPOTrainer
+from exploration_trl.trainers.capture import LMHead
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 
@@ -21,11 +22,10 @@ def ckpt(tmp_path_factory):
     return toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt")
 
 
-class LossPassNotRecognised:
+@pytest.fixture
+def loss_pass_not_recognised(monkeypatch):
     """Behaves like the bug: the loss pass's model is never taken for the policy."""
-
-    def _is_policy(self, model):
-        return False
+    monkeypatch.setattr(LMHead, "is_policy", lambda self, model: False)
 
 
 class AdvantageOverrideShortCircuited:
@@ -41,10 +41,8 @@ def make(cls, ckpt, tmp_path, **overrides):
 
 
 @pytest.mark.parametrize("method", ["casp", "kl_cov", "clip_cov", "progrpo+casp"])
-def test_loss_hook_not_run_stops_training(method, ckpt, tmp_path):
-    base = et.get_trainer_class(method)
-    cls = type("Broken", (LossPassNotRecognised, base), {"config_class": base.config_class})
-    trainer = make(cls, ckpt, tmp_path, exploration_metrics=False)
+def test_loss_hook_not_run_stops_training(method, ckpt, tmp_path, loss_pass_not_recognised):
+    trainer = make(et.get_trainer_class(method), ckpt, tmp_path, exploration_metrics=False)
     with pytest.raises(HookDidNotRunError) as err:
         trainer.train()
     loss_side = method.split("+")[-1]
@@ -52,17 +50,15 @@ def test_loss_hook_not_run_stops_training(method, ckpt, tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_rollout_statistics_not_captured_stops_training(ckpt, tmp_path):
+def test_rollout_statistics_not_captured_stops_training(ckpt, tmp_path, loss_pass_not_recognised):
     """ProGRPO recomputing its rollout log-probs (not reading them from generation) through a pass it cannot see."""
-    base = et.get_trainer_class("progrpo")
-    cls = type("Broken", (LossPassNotRecognised, base), {"config_class": base.config_class})
-    trainer = make(cls, ckpt, tmp_path, exploration_metrics=False, rollout_logps_from_generation=False)
+    trainer = make(et.get_trainer_class("progrpo"), ckpt, tmp_path, exploration_metrics=False, rollout_logps_from_generation=False)
     with pytest.raises(HookDidNotRunError, match=r"^progrpo: the rollout statistics it needs"):
         trainer.train()
 
 
-def test_exploration_metrics_not_run_stops_training(ckpt, tmp_path):
-    cls = type("Broken", (LossPassNotRecognised, ExplorationGRPOTrainer), {})
+def test_exploration_metrics_not_run_stops_training(ckpt, tmp_path, loss_pass_not_recognised):
+    cls = ExplorationGRPOTrainer
     trainer = make(cls, ckpt, tmp_path)
     with pytest.raises(HookDidNotRunError, match=r"^exploration metrics: the loss-side hook did not run"):
         trainer.train()
@@ -86,7 +82,7 @@ def test_working_trainers_pass_the_guard(ckpt, tmp_path):
 
 
 def test_cli_prints_one_line_and_fails(ckpt, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ExplorationGRPOTrainer, "_is_policy", lambda self, model: False)
+    monkeypatch.setattr(LMHead, "is_policy", lambda self, model: False)
     config = tmp_path / "cfg.yaml"
     config.write_text(
         f"method: casp\nmodel_name_or_path: {ckpt}\ndataset_name: countdown\nmax_train_samples: 4\n"

@@ -63,7 +63,7 @@ def test_hidden_state_hook_reproduces_trl_logps(ckpt, tmp_path):
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 5, batch_size=2)
     trainer._capture = None
     assert capture.logps is logps and entropies is None and capture.entropies is not None
-    _, head = trainer._lm_head(trainer.model)
+    _, head = trainer.lm_head.of(trainer.model)
     hidden = capture.completion_hidden()
     stats = token_statistics(hidden.reshape(-1, hidden.size(-1)), head.weight, head.bias,
                              inputs["completion_ids"].reshape(-1), temperature=0.7)
@@ -193,11 +193,11 @@ def test_trl_train_sampler_layout_for_dynamic_sampling_refills(ckpt, tmp_path):
     assert isinstance(sampler, RepeatSampler)
     assert (sampler.mini_repeat_count, sampler.batch_size) == (4, trainer.args.generation_batch_size // 4)
     assert sampler.repeat_count == trainer.args.steps_per_generation * trainer.num_iterations
-    refill = trainer._refill_sampler(trainer.train_dataset)
+    refill = trainer.dynamic_sampling.refill_sampler(trainer.train_dataset)
     assert (refill.mini_repeat_count, refill.batch_size, refill.repeat_count) == (4, sampler.batch_size, 1)
     assert refill.seed == sampler.seed + 1
-    assert len(next(iter(trainer.get_train_dataloader()))) == 8 == len(trainer._refill_batch())
-    batch = trainer._refill_batch()
+    assert len(next(iter(trainer.get_train_dataloader()))) == 8 == len(trainer.dynamic_sampling.refill_batch())
+    batch = trainer.dynamic_sampling.refill_batch()
     assert all(batch[i]["prompt"] == batch[i - i % 4]["prompt"] for i in range(8))  # groups of 4 contiguous rows
 
 
@@ -300,3 +300,50 @@ def test_every_private_name_the_adapter_uses_exists_in_this_trl(ckpt, tmp_path):
     assert isinstance(trainer.extra_log_columns(), collections.defaultdict) and trainer.is_vision_language() is False
     batch = next(iter(trainer.training_dataloader(trainer.dynamic_sampling.refill_sampler)))
     assert len(batch) == trainer.args.generation_batch_size  # one generation batch per draw, as TRL's loader
+
+
+# ------------------------------------------------------------- a trainer whose `__init__` did not finish
+def _half_built(cls, rollout_func):
+    """A trainer built the way TRL's own tests build one: `object.__new__` plus the attributes TRL's `_generate` reads
+    before it calls a custom `rollout_func` (so none of the package's state exists)."""
+    from types import SimpleNamespace
+
+    trainer = object.__new__(cls)
+    trainer.accelerator = SimpleNamespace(device=torch.device("cpu"))
+    trainer.model = torch.nn.Linear(1, 1)
+    trainer.rollout_func, trainer.use_vllm = rollout_func, False
+    return trainer
+
+
+def test_a_half_built_grpo_trainer_raises_trls_own_error_for_a_short_rollout_func():
+    """0.8.0 raised AttributeError('_ds_replay') here: an override read state only `__init__` sets."""
+    def short(prompts, trainer):
+        return {"prompt_ids": [[1]]}
+
+    with pytest.raises(ValueError) as trl_error:
+        GRPOTrainer._generate(_half_built(GRPOTrainer, short), ["a prompt"])
+    assert "rollout_func must return keys ['completion_ids', 'logprobs']" in str(trl_error.value)
+    for method in ("grpo", "dsgrpo", "progrpo+casp"):
+        with pytest.raises(ValueError) as ours:
+            _half_built(et.get_trainer_class(method), short)._generate(["a prompt"])
+        assert str(ours.value) == str(trl_error.value), method
+
+
+def test_every_override_of_trl_defers_to_trl_until_init_finishes():
+    """No override may read state only `__init__` sets: each one carries `trl_until_assembled`, which runs TRL's
+    method until the trainer is assembled. A new override without it fails here."""
+    from exploration_trl.trainers.base import ExplorationGRPOTrainer
+
+    overrides = sorted(
+        name for name, value in vars(ExplorationGRPOTrainer).items()
+        if inspect.isfunction(value) and not name.startswith("__") and hasattr(GRPOTrainer, name)
+    )
+    assert {"_generate", "_calculate_rewards", "compute_loss", "_generate_and_score_completions"} <= set(overrides)
+    unguarded = [n for n in overrides if not getattr(vars(ExplorationGRPOTrainer)[n], "trl_until_assembled", False)]
+    assert unguarded == []
+    assert ExplorationGRPOTrainer._assembled is False  # the class default a half-built trainer reads
+
+
+def test_an_assembled_trainer_runs_its_overrides(ckpt, tmp_path):
+    trainer = make_trainer(ckpt, tmp_path)
+    assert trainer._assembled is True and "_assembled" in vars(trainer)

@@ -14,6 +14,7 @@ pins them and `tests/test_architecture.py` keeps them here. docs/internals.md ha
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import warnings
@@ -28,7 +29,7 @@ from ..methods import register_method
 from ..rewards._base import is_correct
 from ..vllm_engine import vllm_runs_on_cpu
 from ._trl_warnings import quiet_trl_rollout_deprecations
-from .capture import LMHead, _Capture, fill, head_weights
+from .capture import LMHead, _Capture, fill
 from .config import GRPO_INFO, ExplorationGRPOConfig, check_choice, check_non_negative, has_accelerator
 from .correctness_guard import CorrectnessGuard
 from .divergence import DivergenceCallback
@@ -39,7 +40,7 @@ from .metrics_logging import ExplorationMetrics
 from .resume import Resume
 from .rollout import Rollout, RolloutBatch
 from .strategy import bind_public_class, build_strategies, check_hooks_ran, expected_hooks
-from .still import apply_still_shapers, position_bonus_active
+from .still import apply_still_shapers
 from .vllm_support import (
     VLLMSupport, check_cpu_head_size, connect_server, copied, reload_colocated, reload_server_from_disk,
     remove_weights_dir, server_without_nccl, trl_builds, vllm_on_cpu,
@@ -51,6 +52,21 @@ __all__ = [
 ]
 
 
+def trl_until_assembled(override):
+    """An override of TRL's acts only once `__init__` has finished; before (a subclass failing half-way, a trainer
+    built by `object.__new__` as TRL's tests do) the package is "not active" and TRL's method runs, with its errors."""
+    name = override.__name__
+
+    @functools.wraps(override)
+    def guarded(self, *args, **kwargs):
+        if not self._assembled:
+            return getattr(GRPOTrainer, name)(self, *args, **kwargs)
+        return override(self, *args, **kwargs)
+
+    guarded.trl_until_assembled = True
+    return guarded
+
+
 @register_method(GRPO_INFO)
 class ExplorationGRPOTrainer(GRPOTrainer):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
@@ -59,6 +75,8 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     config_class = ExplorationGRPOConfig
     #: The registered method (or `advantage+loss` composition) whose strategies this class runs; None: GRPO.
     method: str | None = None
+    #: True once `__init__` has built the package's state; until then every override is TRL's method.
+    _assembled = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -97,6 +115,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             from .entropy_band import EntropyBandCallback
 
             self.add_callback(EntropyBandCallback(self))
+        self._assembled = True
 
     # ------------------------------------------------------------------------------------------- strategies
     def _strategy(self, side: str):
@@ -148,9 +167,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         """STILL report shapers, applied after the advantage-side method (`still.py`)."""
         return apply_still_shapers(self.args, advantages, batch)
 
-    def _position_bonus_active(self, step: int) -> bool:
-        return position_bonus_active(self.args, step)
-
     def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
         """Per-completion tensors carried to `compute_loss` (TRL shuffles and splits every tensor key)."""
         extras = {"exploration_correct": is_correct(batch.local_rewards, self.args.correct_reward_threshold)}
@@ -170,6 +186,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         return from_vllm if from_vllm is not None else self.rollout.prompt_only_logps(prompt_ids, prompt_mask)
 
     # ------------------------------------------------------------------ one generation batch
+    @trl_until_assembled
     def _generate_and_score_completions(self, inputs):
         """TRL's generation batch with the package's steps around it, in this order: the vLLM step, the rollout
         capture (of TRL's passes and generation's logits), dynamic sampling (its rounds; TRL's pass replays the kept
@@ -177,7 +194,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         replaces TRL's advantages. Relies on TRL 1.16 generating (`_generate`), scoring (`_calculate_rewards`) and
         computing old log-probs (`_get_per_token_logps_and_entropies`) in it, and on its loss reading the returned
         `advantages`."""
-        self._start_vllm_batch()
+        self.vllm.start_batch()
         need_rollout = self._start_rollout_capture(inputs)
         try:
             try:
@@ -189,9 +206,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         finally:
             self._capture = None
         return self._set_advantages(output, capture)
-
-    def _start_vllm_batch(self):
-        self.vllm.start_batch()
 
     def _start_rollout_capture(self, inputs) -> bool:
         """Record this process's rows; start capturing TRL's passes when the method needs rollout statistics."""
@@ -238,6 +252,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         output.update(self._rollout_extras(batch, capture))
         return output
 
+    @trl_until_assembled
     def _generate(self, prompts):
         # Relies on TRL 1.16's `_generate_and_score_completions` generating through `_generate(prompts)` once.
         replay = self._ds_replay
@@ -246,6 +261,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         self.rollout.generation_logps = replay["generation_logps"]  # read after generation, as a live one's
         return replay["generated"]
 
+    @trl_until_assembled
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Relies on TRL 1.16's `_calculate_rewards` returning every process's rewards (gathered), once per batch.
         from ..rewards import pop_outcomes
@@ -259,6 +275,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         self.rollout.after_rewards(rewards_per_func, prompts, outcomes)
         return rewards_per_func
 
+    @trl_until_assembled
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Relies on TRL 1.16 calling the model's `generate` (transformers path) inside this method, once per batch.
         recorder = self.rollout.recorder(capturing=self._capture is not None)
@@ -270,6 +287,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             self.rollout.generation_logps = recorder.per_row(completion_ids)
         return completion_ids, logprobs
 
+    @trl_until_assembled
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
     ):
@@ -277,7 +295,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         # wrapped model in the loss) and on its fused head calling the backbone as a module (`LMHead.capturing`).
         # While `_capture` asks, the first policy call is recorded; in the loss its log-probs go through the hooks.
         capture = self._capture
-        if capture is None or capture.done or not self._is_policy(model):
+        if capture is None or capture.done or not self.lm_head.is_policy(model):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
             )
@@ -291,6 +309,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         return logps, (entropies if compute_entropy else None), aux
 
     # ------------------------------------------------------------------ the loss side
+    @trl_until_assembled
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # TRL's compute_loss -> _compute_loss calls `_get_per_token_logps_and_entropies` once for the policy;
         # the override captures that call (hidden states, entropies) and applies `_transform_policy_logps`.
@@ -322,11 +341,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         )
         self._loss_inputs, self._loss_state = None, {}
         return loss
-
-    def _global_cov_for(self, inputs) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """KL-Cov's / Clip-Cov's `(selected, cov)` of this micro-batch under `cov_selection: global`, else None."""
-        selection = getattr(self._strategy("loss"), "global_selection", None)
-        return None if selection is None else selection.for_inputs()
 
     def _transform_policy_logps(self, logps: torch.Tensor, capture: _Capture, inputs, state: dict) -> torch.Tensor:
         """Return the log-probs TRL's loss should see (the loss-side strategy's `transform_logps`). TRL forms the
@@ -390,6 +404,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         if self.accelerator.is_main_process:
             warnings.warn(message, category, stacklevel=3)
 
+    @trl_until_assembled
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL's `log` averages its metric window (`_metrics`): the queued values go into it first, then the
         # warnings decided from the window, then the final advantages into its completions table (`_logs`).
@@ -404,6 +419,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------ training, evaluation, saving
+    @trl_until_assembled
     def train(self, *args, **kwargs):
         """TRL's `train`; Ctrl-C saves a checkpoint of the last finished step first (`Resume.on_interrupt`)."""
         with quiet_trl_rollout_deprecations(), deepspeed_only_when_imported():
@@ -413,6 +429,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
                 self.resume.on_interrupt()
                 raise
 
+    @trl_until_assembled
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         # Held-out pass@k on HF's evaluation schedule (`heldout_eval.py`). An override, not a callback, because
         # `Trainer._evaluate` picks the best checkpoint from the dict `evaluate` returns.
@@ -433,10 +450,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
 
-    def heldout_evaluate(self, prefix: str = "eval") -> dict[str, float]:
-        """Sample, grade and summarise the held-out benchmark now (every process must call it)."""
-        return self.heldout.evaluate(prefix)
-
     heldout_benchmark = property(lambda self: self.heldout.benchmark,
                                  lambda self, bench: setattr(self.heldout, "benchmark", bench))
     heldout_seconds = property(lambda self: self.heldout.seconds)
@@ -444,6 +457,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     #: The sentence saying how the run diverged, or None (`divergence.py`; the card prints it).
     divergence = property(lambda self: self._divergence.note)
 
+    @trl_until_assembled
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         """The package's card instead of TRL's (`push_to_hub()` and every checkpoint call this; `hub.trainer_card`)."""
         if not self.is_world_process_zero():
@@ -452,6 +466,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
         write_trainer_card(self, output_dir=kwargs.get("output_dir"), dataset=dataset_name)
 
+    @trl_until_assembled
     def save_model(self, output_dir=None, _internal_call=False):
         with deepspeed_only_when_imported():
             super().save_model(output_dir, _internal_call)
@@ -462,6 +477,7 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         """Shut the colocated vLLM engine down before any other teardown (`VLLMSupport.close`)."""
         self.vllm.close()
 
+    @trl_until_assembled
     def _save_checkpoint(self, model, trial) -> None:
         # Relies on transformers writing checkpoint `checkpoint-<global_step>` under `_get_output_dir(trial)`.
         # A checkpoint keeps the logging window's metrics (`Resume.state`), so a resumed run logs the same averages:
@@ -471,12 +487,14 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             self.metrics.flush()
             super()._save_checkpoint(model, trial)
 
+    @trl_until_assembled
     def _save_rng_state(self, output_dir: str) -> None:
         # Relies on transformers calling this on every process inside `_save_checkpoint`, before
         # `trainer_state.json` (which marks a checkpoint complete) is written.
         super()._save_rng_state(output_dir)
         self.resume.save(output_dir)
 
+    @trl_until_assembled
     def _load_rng_state(self, checkpoint: str | None) -> None:
         # Relies on transformers calling this on every process once per resume, after the model and optimizer are
         # loaded and before the first `training_step`.
@@ -538,25 +556,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
 
     def save_checkpoint_now(self) -> None:
         self._save_checkpoint(self.model, trial=None)
-
-    # ------------------------------------------------------------------ 0.7 names, kept for subclasses and tests
-    _generation_logps = property(lambda self: self.rollout.generation_logps,
-                                 lambda self, rows: setattr(self.rollout, "generation_logps", rows))
-
-    def _refill_batch(self):
-        return self.dynamic_sampling.refill_batch()
-
-    def _refill_sampler(self, dataset):
-        return self.dynamic_sampling.refill_sampler(dataset)
-
-    def _lm_head(self, model):
-        return self.lm_head.of(model)
-
-    def _is_policy(self, model) -> bool:
-        return self.lm_head.is_policy(model)
-
-    def _lm_head_weights(self):
-        return head_weights(self._lm_head(self.model)[1])
 
 
 # ---------------------------------------------------------------------------------------------- vLLM on a CPU

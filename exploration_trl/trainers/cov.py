@@ -117,7 +117,7 @@ class KLCov(LossStrategy):
         mask = t._loss_mask(inputs)
         old = t._old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
-        chosen = t._global_cov_for(inputs)
+        chosen = self.global_selection.for_inputs()
         if chosen is None:
             selected = core_loss.kl_cov_select(logps.detach(), advantages, mask, self.args.kl_cov_ratio)
             cov = core_loss.token_covariance(logps.detach(), advantages, mask)
@@ -208,7 +208,7 @@ class ClipCov(LossStrategy):
         mask = t._loss_mask(inputs)
         old = t._old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
-        chosen = t._global_cov_for(inputs)
+        chosen = self.global_selection.for_inputs()
         if chosen is None:
             selected = core_loss.clip_cov_select(
                 logps.detach(), old, advantages, mask, args.clip_cov_ratio, args.clip_cov_lb, args.clip_cov_ub,
