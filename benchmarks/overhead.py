@@ -253,7 +253,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; --scaling 2)")
     parser.add_argument("--steps", type=int, default=None,
-                        help="optimizer steps per trial, the first not timed (default 5; --scaling 3)")
+                        help="optimizer steps per trial, the first not timed (default 5; --scaling 3; --device cuda: 4)")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--threads", type=int, default=1, help="torch threads per trial")
     parser.add_argument("--no-metrics", action="store_true", help="exploration_metrics: false for our trainers")
@@ -281,9 +281,9 @@ def main():
 
         methods = args.methods.split(",") if args.methods != ",".join(METHODS) else None
         default = None if args.dry_run else Path(__file__).parent / "overhead_gpu.json"
-        run("cpu" if args.dry_run else "cuda", args.dry_run, methods, Path(args.output) if args.output else default,
-            deadline=args.deadline)
-        return 0
+        report = run("cpu" if args.dry_run else "cuda", args.dry_run, methods,
+                     Path(args.output) if args.output else default, deadline=args.deadline, steps=args.steps)
+        return 1 if report["failed"] else 0
     # --scaling runs 4 workloads, one of them 8x longer: fewer rounds and steps keep it near half an hour on 2 cores.
     args.rounds = args.rounds or (2 if args.scaling else 3)
     args.steps = args.steps or (3 if args.scaling else 5)

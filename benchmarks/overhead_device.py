@@ -6,17 +6,23 @@ G = 8, 128 completion tokens (`min_new_tokens` pins the length), `steps_per_gene
 steps only train), prompts of 64 characters cut from the shipped GSM8K questions. Each method runs twice: with the
 exploration metrics on at `logging_steps: 10` (no step of the run logs) and on every step (`logging_steps: 1`).
 
-A trial is 6 optimizer steps in this process on a freshly initialised model (the same seed for every method): steps
-0 and 1 warm up and have their host-device syncs counted (`torch.cuda.set_sync_debug_mode`); steps 2 to 5 are timed
-(CUDA synchronised at each step boundary; a step runs from its `on_step_begin` to the next, so its log is inside).
+A trial is 4 optimizer steps in this process on a freshly initialised model (the same seed for every method): steps
+0 and 1 warm up and have their host-device syncs counted (`torch.cuda.set_sync_debug_mode`); step 2 (generating) and
+step 3 (train-only) are timed (CUDA synchronised at each step boundary; a step runs from its `on_step_begin` to the
+next, so its log is inside). Four steps, not more, so that one call of a lent GPU's 15 minutes measures every method
+(docs/gpu_validation.md gives the estimate); `--steps` asks for more.
 Reported per trial: train-only and generating step seconds, peak CUDA memory, syncs per step kind. At
 `logging_steps: 10` one step in ten logs, so the train-only time there is amortised as 0.9 x the non-logging step
 + 0.1 x the every-step-logging step. `--dry-run` runs the same code on CPU with `random:toy`, short, for the tests.
 
-The methods are TRL and every registered one (`exploration_trl.methods.METHODS`). With a deadline
-(`--deadline`, what `scripts/gpu_validate.sh` passes) a method is not started when the slowest one so far would not
-finish before it, and SIGTERM stops the run: either way the report keeps the methods measured so far and names the
-ones not run. The report is rewritten after each method, so even a killed run leaves what it measured.
+The methods are TRL and every registered one (`exploration_trl.methods.METHODS`), TRL first, then the methods no GPU
+has measured yet (those after 0.4.0's six) before the six. The trials go in two passes: every method at
+`logging_steps: 10` (the train-only step users pay), then every method on every step, so a time cap cuts the less
+important pass. With a deadline (`--deadline`, what `scripts/gpu_validate.sh` passes) a trial is not started when the
+slowest one so far would not finish before it, and SIGTERM stops the run: either way the report keeps what was
+measured and names what was not. A trial that raises is recorded (its error and traceback, under `failed`) and the
+others go on; the command then exits 1. The report is rewritten after each trial, so even a killed run leaves what it
+measured.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ import time
 from pathlib import Path
 
 WORKLOAD = {"model": "random:qwen2.5-0.5b", "dtype": "bfloat16", "completions_per_step": 32, "num_generations": 8,
-            "completion_length": 128, "steps_per_generation": 2, "prompt_chars": 64, "steps": 6}
+            "completion_length": 128, "steps_per_generation": 2, "prompt_chars": 64, "steps": 4}
 DRY_RUN = {**WORKLOAD, "model": "random:toy", "dtype": "float32", "completions_per_step": 8, "num_generations": 4,
-           "completion_length": 8, "prompt_chars": 16, "steps": 4}
+           "completion_length": 8, "prompt_chars": 16}
 DRY_RUN_METHODS = ["trl", "grpo", "casp", "clip_cov"]
+#: The methods 0.4.0 measured on an H200; the others have never run on a GPU, so they are measured first.
+MEASURED_ON_GPU = ("grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov")
 LOGGING = {"logging10": 10, "every_step": 1}
 COUNTED_STEPS = (0, 1)  # step 0 generates, step 1 only trains
 #: Issue 35's GPU goals for the train-only step time over TRL's: metrics at logging_steps 10 (CaSP its own), and on
@@ -44,11 +52,12 @@ GOAL_LOGGING10, GOAL_CASP_LOGGING10, GOAL_EVERY_STEP = 1.05, 1.15, 1.10
 
 
 def registered_methods() -> list[str]:
-    """TRL, then every registered method (importing the trainers registers the built-in ones)."""
+    """TRL, then every registered method (importing the trainers registers the built-in ones), the ones no GPU has
+    measured first."""
     import exploration_trl.trainers  # noqa: F401
     from exploration_trl.methods import METHODS
 
-    return ["trl", *METHODS]
+    return ["trl", *sorted(METHODS, key=lambda m: m in MEASURED_ON_GPU)]
 
 
 class Stopped(Exception):
@@ -193,14 +202,16 @@ def summarize(trials: dict) -> dict:
     for method, modes in trials.items():
         row = {}
         for mode, r in modes.items():
-            ref = trials["trl"][mode]
+            ref = trials.get("trl", {}).get(mode)
+            if ref is None:
+                continue
             row[mode] = {"train_only_x_trl": r["train_only_s"] / ref["train_only_s"],
                          "generating_x_trl": r["generating_s"] / ref["generating_s"],
                          "extra_syncs_train_only": r["syncs_train_only"] - ref["syncs_train_only"],
                          "extra_syncs_generating": r["syncs_generating"] - ref["syncs_generating"]}
             if r["peak_memory_gb"] is not None:
                 row[mode]["memory_x_trl"] = r["peak_memory_gb"] / ref["peak_memory_gb"]
-        if set(modes) == set(LOGGING):
+        if set(modes) == set(LOGGING) == set(trials.get("trl", {})):
             def amortised(m):
                 return 0.9 * m["logging10"]["train_only_s"] + 0.1 * m["every_step"]["train_only_s"]
 
@@ -220,7 +231,9 @@ def print_table(report: dict):
           f"{'syncs train/gen':>16s}")
     for method, modes in report["trials"].items():
         for mode, r in modes.items():
-            s = report["summary"][method][mode]
+            s = report["summary"].get(method, {}).get(mode)
+            if s is None:
+                continue
             mem = f"{r['peak_memory_gb']:8.2f}" if r["peak_memory_gb"] is not None else f"{'-':>8s}"
             print(f"{method:9s} {mode:10s} {r['train_only_s']:8.3f} {s['train_only_x_trl']:6.2f} "
                   f"{r['generating_s']:7.3f} {s['generating_x_trl']:6.2f} {mem} "
@@ -242,24 +255,31 @@ def _write(report: dict, output: Path | None) -> None:
 
 
 def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | None,
-        deadline: float | None = None) -> dict:
+        deadline: float | None = None, steps: int | None = None) -> dict:
     """Measure `methods` (default: TRL and every registered method; `--dry-run`: a few) and write the report.
 
-    `deadline` (seconds since the epoch): no method is started that the slowest so far would carry past it."""
+    `deadline` (seconds since the epoch): no trial is started that the slowest so far would carry past it. `steps`:
+    optimizer steps per trial (default the workload's 4; at least 4: two warm-up steps, then one of each kind)."""
     import tempfile
+    import traceback
 
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device; use --dry-run on CPU")
-    workload = DRY_RUN if dry_run else WORKLOAD
+    workload = dict(DRY_RUN if dry_run else WORKLOAD)
+    if steps is not None:
+        if steps < 4:
+            raise SystemExit(f"error: --steps {steps}: a trial needs at least 4 (2 warm-up steps, then a generating "
+                             "and a train-only step)")
+        workload["steps"] = steps
     if device == "cpu":
         torch.set_num_threads(1)  # a tiny model: more threads only contend with each other
     methods = methods or (DRY_RUN_METHODS if dry_run else registered_methods())
     if "trl" not in methods:
         methods = ["trl", *methods]
     report = {"versions": versions(device), "workload": workload, "methods": methods, "trials": {},
-              "not_run": [], "stopped": None}
+              "failed": {}, "not_run": [], "stopped": None}
     print(f"device: {report['versions']['device']}; versions: " + ", ".join(
         f"{k} {v}" for k, v in report["versions"].items() if k != "device"), flush=True)
     started = time.perf_counter()
@@ -268,40 +288,53 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
 
     tokenizer = build_toy_tokenizer(vocab_size=load_config(workload["model"].removeprefix("random:")).vocab_size)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    per_method: list[float] = []
+    order = [(mode, method) for mode in LOGGING for method in methods]  # one pass per logging mode
+    per_trial: list[float] = []
+    done = 0
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for i, method in enumerate(methods):
-                if deadline is not None and time.time() + max(per_method, default=0.0) > deadline:
-                    report["not_run"] = methods[i:]
-                    report["stopped"] = (f"time cap: {len(methods) - i} of {len(methods)} methods not started "
-                                         f"({', '.join(methods[i:])})")
+            for mode, method in order:
+                if deadline is not None and time.time() + max(per_trial, default=0.0) > deadline:
+                    report["stopped"] = f"time cap: {len(order) - done} of {len(order)} trials not started"
                     break
-                method_started = time.perf_counter()
-                modes = {}
-                for mode, logging_steps in LOGGING.items():
-                    r = trial(method, workload, logging_steps, device, Path(tmp), tokenizer)
-                    modes[mode] = r
-                    print(f"[{i + 1}/{len(methods)}] {method:9s} {mode:10s} train-only {r['train_only_s']:.3f} s, "
-                          f"generating {r['generating_s']:.3f} s, syncs {r['syncs_train_only']}/"
-                          f"{r['syncs_generating']}, loss finite {r['loss_finite']} ({r['trial_s']:.0f} s)",
-                          flush=True)
-                report["trials"][method] = modes
-                per_method.append(time.perf_counter() - method_started)
+                trial_started = time.perf_counter()
+                label = f"[{done + 1}/{len(order)}] {method:15s} {mode:10s}"
+                try:
+                    r = trial(method, workload, LOGGING[mode], device, Path(tmp), tokenizer)
+                except Stopped:
+                    raise
+                except Exception as e:  # noqa: BLE001 - one method's crash must not hide the others' numbers
+                    report["failed"].setdefault(method, {})[mode] = {
+                        "error": f"{type(e).__name__}: {e}"[:1000], "traceback": traceback.format_exc()[-6000:]}
+                    print(f"{label} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                    gc.collect()
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+                else:
+                    report["trials"].setdefault(method, {})[mode] = r
+                    print(f"{label} train-only {r['train_only_s']:.3f} s, generating {r['generating_s']:.3f} s, "
+                          f"syncs {r['syncs_train_only']}/{r['syncs_generating']}, loss finite {r['loss_finite']} "
+                          f"({r['trial_s']:.0f} s)", flush=True)
+                done += 1
+                per_trial.append(time.perf_counter() - trial_started)
                 report["seconds"] = round(time.perf_counter() - started, 1)
                 _write(report, output)
     except Stopped as e:
-        report["not_run"] = [m for m in methods if m not in report["trials"]]
-        report["stopped"] = f"{e}: stopped during {report['not_run'][0]}" if report["not_run"] else str(e)
-        print(f"stopped ({report['stopped']}); keeping the {len(report['trials'])} methods measured", flush=True)
+        report["stopped"] = f"{e}: stopped during trial {done + 1} of {len(order)} ({order[done][1]}, {order[done][0]})"
+        print(f"stopped ({report['stopped']}); keeping the {done} trials measured", flush=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    report["not_run"] = [m for m in methods if m not in report["failed"]
+                         and set((report["trials"].get(m) or {})) != set(LOGGING)]
     report["seconds"] = round(time.perf_counter() - started, 1)
     _write(report, output)
     if report["trials"].get("trl"):
         print_table(report)
     if report["stopped"]:
         print(f"not run: {', '.join(report['not_run'])} ({report['stopped']})")
+    for method, modes in report["failed"].items():
+        for mode, failure in modes.items():
+            print(f"FAILED: {method} ({mode}): {failure['error']}")
     if output is not None:
         print(f"wrote {output} ({report['seconds']:.0f} s)")
     return report

@@ -9,15 +9,18 @@ killed, leaves what it measured):
 1. install the carried wheels (`pip install --no-index --find-links WHEELS -r scripts/gpu_wheels.txt`), then check
    that the packages import and read the method registry (`exploration_trl.methods.METHODS`);
 2. build the model once, offline: Qwen2.5-0.5B's architecture at random weights (`--dry-run`: the toy architecture);
-3. the smoke test of the first registered method (`scripts/gpu_smoke.sh`): full fine-tuning, then
+3. `benchmarks/overhead.py --device cuda` (`--dry-run`: `--dry-run`) for TRL and every registered method, first at
+   `logging_steps: 10` for all, then on every step; a method that raises is recorded as failed and the others go on;
+4. the smoke test of the first registered method (`scripts/gpu_smoke.sh`): full fine-tuning, then
    `exploration-trl eval` of the model;
-4. `benchmarks/overhead.py --device cuda` (`--dry-run`: `--dry-run`) for TRL and every registered method;
 5. while time is left (not in `--dry-run`): the first method's LoRA run and the eval of its adapter, then the smoke
    test (full fine-tuning) of every other registered method.
 
 The cap covers all of it: a stage that would run past it is stopped (SIGTERM to its process group), and what was
-not reached is listed as not run. Outputs: `gpu_validate.json` and `gpu_validate.md` in the output folder, plus
-`overhead.json` and the smoke runs' logs; models and checkpoints stay in a temporary folder that is removed.
+not reached is listed as not run. Outputs, four files (a lent machine sends back only a few): `gpu_validate.json`,
+`gpu_validate.md`, `overhead.json` (with each failed trial's traceback) and `logs.tar.gz` (every stage's log:
+pip_install, probe, build_model, overhead, one per smoke run), repacked after each stage. Models and checkpoints stay
+in a temporary folder that is removed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -37,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = "exploration_trl/gpu_validate/v1"
-JSON_FILE, MD_FILE, OVERHEAD_FILE = "gpu_validate.json", "gpu_validate.md", "overhead.json"
+JSON_FILE, MD_FILE, OVERHEAD_FILE, LOGS_FILE = "gpu_validate.json", "gpu_validate.md", "overhead.json", "logs.tar.gz"
 WHEELS_FILE = REPO / "scripts" / "gpu_wheels.txt"
 DEFAULT_WHEELS = REPO / "shared" / "wheels"
 DEFAULT_CAP_MIN = 8.0
@@ -129,6 +133,7 @@ class Validation:
         self.deadline = self.started + 60.0 * args.cap
         self.out = args.out
         self.out.mkdir(parents=True, exist_ok=True)
+        self.logs = Path(tempfile.mkdtemp(prefix="gpu_validate_logs_"))  # packed into LOGS_FILE, not sent one by one
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get(
             "PYTHONPATH")])]), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -196,6 +201,11 @@ class Validation:
         self.report["seconds"] = round(time.time() - self.started, 1)
         _atomic(self.out / JSON_FILE, json.dumps(self.report, indent=1) + "\n")
         _atomic(self.out / MD_FILE, markdown(self.report))
+        tmp = self.out / (LOGS_FILE + ".tmp")
+        with tarfile.open(tmp, "w:gz") as tar:
+            for log in sorted(self.logs.iterdir()):
+                tar.add(log, arcname=f"logs/{log.name}")
+        tmp.replace(self.out / LOGS_FILE)
 
     def not_run(self, what: str) -> None:
         self.report["not_run"].append(what)
@@ -209,7 +219,7 @@ class Validation:
             self.report["install"] = {"wheels": None, "status": "skipped: no wheels folder"}
             return True
         python = sys.executable
-        log = self.out / "pip_install.log"
+        log = self.logs / "pip_install.log"
         base = [python, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
                 "--disable-pip-version-check"]
         self.say(f"installing the wheels of {wheels} (no network) ...")
@@ -233,7 +243,7 @@ class Validation:
         return rc is not None
 
     def probe(self) -> bool:
-        rc, lines = self.stream([sys.executable, "-c", PROBE, ",".join(NEEDED)])
+        rc, lines = self.stream([sys.executable, "-c", PROBE, ",".join(NEEDED)], log=self.logs / "probe.log")
         found = next((x for x in lines if x.startswith("PROBE ")), None)
         if rc != 0 or found is None:
             missing = next((x[8:] for x in lines if x.startswith("MISSING ")), None)
@@ -253,7 +263,7 @@ class Validation:
         name, dtype = self.sizes["model"], self.sizes["dtype"]
         self.say(f"building {name} at random weights ({dtype}) ...")
         rc, lines = self.stream([sys.executable, "-m", "exploration_trl.random_model", name, str(workdir / "model"),
-                                 "--dtype", dtype])
+                                 "--dtype", dtype], log=self.logs / "build_model.log")
         if rc != 0 or not lines:
             self.report["error"] = f"could not build the random {name} model (exit {rc})"
             return None
@@ -280,23 +290,22 @@ class Validation:
                "SMOKE_OUT": str(workdir / "smoke"), "PYTHON": sys.executable}
         if self.mode == "device" and shutil.which("accelerate") is None:
             env["SMOKE_LAUNCHER"] = "python"  # the launcher's console script is not on PATH
-        rc, lines = self.stream(["bash", str(REPO / "scripts" / "gpu_smoke.sh")], env=env)
+        rc, lines = self.stream(["bash", str(REPO / "scripts" / "gpu_smoke.sh")], env=env,
+                                log=self.logs / f"smoke_{method}_{variants.replace(' ', '_')}.log")
         recorded = {}
         for line in lines:
             m = RECORD.match(line)
             if m:
                 recorded[m["run"]] = m
-        logs = self.out / "smoke_logs"
-        logs.mkdir(exist_ok=True)
         first_missing = True
         for run in runs:
             m = recorded.get(run)
             if m is not None:
                 log = Path(m["log"])
                 if log.is_file():
-                    shutil.copyfile(log, logs / log.name)
+                    shutil.copyfile(log, self.logs / log.name)
                 self.report["smoke"].append({"run": run, "status": m["status"], "seconds": int(m["seconds"]),
-                                             "log": f"smoke_logs/{log.name}"})
+                                             "log": f"{LOGS_FILE}:logs/{log.name}"})
             elif rc is None:
                 self.report["smoke"].append({"run": run, "status": "stopped at the time cap" if first_missing
                                              else "not run (time cap)", "seconds": None})
@@ -321,11 +330,13 @@ class Validation:
                *(["--dry-run"] if self.mode == "dry-run" else ["--device", "cuda"]),
                "--methods", ",".join(methods), "--output", str(output),
                "--deadline", f"{self.deadline - MARGIN_S:.1f}"]
-        rc, lines = self.stream(cmd)
+        rc, lines = self.stream(cmd, log=self.logs / "overhead.log")
         data = json.loads(output.read_text()) if output.is_file() else None
         if data is not None:
             self.report["overhead"] = {k: data.get(k) for k in ("versions", "workload", "trials", "summary",
                                                                "not_run", "stopped", "seconds")}
+            self.report["overhead"]["failed"] = {m: {mode: f["error"] for mode, f in modes.items()}
+                                                 for m, modes in (data.get("failed") or {}).items()}
             self.report["overhead"]["file"] = OVERHEAD_FILE
         else:
             self.report["overhead"] = {"trials": {}, "summary": {}, "not_run": methods,
@@ -350,8 +361,8 @@ class Validation:
                 if model is not None:
                     methods = self.report["methods"]
                     first = methods[0]
-                    self.smoke(workdir, model, first, "full", evaluate="1")  # and the model's eval
                     self.overhead()
+                    self.smoke(workdir, model, first, "full", evaluate="1")  # and the model's eval
                     if self.sizes["smoke_others"]:
                         self.smoke(workdir, model, first, "lora", evaluate="adapter")  # and the adapter's eval
                         for method in methods[1:]:
@@ -361,23 +372,33 @@ class Validation:
         self.write()
         print(markdown(self.report), flush=True)
         print(f"wrote {self.out / JSON_FILE} and {self.out / MD_FILE}")
-        if self.report["error"]:
-            print(f"gpu_validate: error: {self.report['error']}", file=sys.stderr)
-            return 2
-        failed = [r["run"] for r in self.report["smoke"] if str(r["status"]).startswith("FAIL")]
-        losses = [m for m, modes in ((self.report["overhead"] or {}).get("trials") or {}).items()
-                  if any(t.get("loss_finite") is False for t in modes.values())]
-        if failed or losses:
-            print(f"gpu_validate: FAILED: {', '.join(failed + [f'{m} (non-finite loss)' for m in losses])}")
-            return 1
-        print("gpu_validate: " + ("stopped at the time cap; not run: " + "; ".join(self.report["not_run"])
-                                  if self.report["stopped_at_cap"] else "everything ran and passed"))
-        return 0
+        shutil.rmtree(self.logs, ignore_errors=True)
+        status, message = outcome(self.report)
+        print(message, file=sys.stderr if status == 2 else sys.stdout)
+        return status
+
+
+def outcome(report: dict) -> tuple[int, str]:
+    """The exit status and its one line: 2 the set-up failed, 1 a run failed (a smoke run, an overhead trial that
+    raised or a non-finite loss), else 0 (also when the cap stopped it: the report says what did not run)."""
+    if report["error"]:
+        return 2, f"gpu_validate: error: {report['error']}"
+    overhead = report.get("overhead") or {}
+    failed = [r["run"] for r in report["smoke"] if str(r["status"]).startswith("FAIL")]
+    failed += [f"overhead of {m} ({', '.join(modes)})" for m, modes in (overhead.get("failed") or {}).items()]
+    failed += [f"{m} (non-finite loss)" for m, modes in (overhead.get("trials") or {}).items()
+               if any(t.get("loss_finite") is False for t in modes.values())]
+    if overhead.get("exit_status") not in (0, None) and not overhead.get("failed"):
+        failed.append(f"overhead benchmark (exit {overhead['exit_status']}; {LOGS_FILE}:logs/overhead.log)")
+    if failed:
+        return 1, f"gpu_validate: FAILED: {', '.join(failed)}"
+    return 0, "gpu_validate: " + ("stopped at the time cap; not run: " + "; ".join(report["not_run"])
+                                  if report["stopped_at_cap"] else "everything ran and passed")
 
 
 def carried_pins(wheels: Path) -> list[str]:
-    """The `name==version` lines of scripts/gpu_wheels.txt that have a wheel in the folder (pip picks the one that
-    fits the interpreter)."""
+    """The exact `name==version` lines of scripts/gpu_wheels.txt (the packages the image lacks) that have a wheel in
+    the folder (pip picks the one that fits the interpreter); a range line is left to the image's version."""
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -451,17 +472,22 @@ def markdown(report: dict) -> str:
     lines += ["| method | train-only s, logging 10 | × TRL | train-only s, every step | × TRL | amortised × TRL, "
               "logging 10 | generating s | × TRL | peak GB | syncs train / gen | loss finite | goals met |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    failed = over.get("failed") or {}
     for method in methods:
-        modes, s = trials.get(method), summary.get(method) or {}
-        if not modes:
+        modes, s = trials.get(method) or {}, summary.get(method) or {}
+        if method in failed:
+            errors = "; ".join(f"{mode}: {error}" for mode, error in failed[method].items())
+            lines.append(f"| {method} | FAILED ({errors[:300]}) |" + " – |" * 10)
+            continue
+        if "logging10" not in modes:
             lines.append(f"| {method} | not run (time cap) |" + " – |" * 10)
             continue
-        ten, every = modes["logging10"], modes["every_step"]
+        ten, every = modes["logging10"], modes.get("every_step") or {"train_only_s": None}
         s10, s1 = s.get("logging10") or {}, s.get("every_step") or {}
         finite = [t.get("loss_finite") for t in modes.values()]
         lines.append(
             f"| {method} | {ten['train_only_s']:.4f} | {_num(s10.get('train_only_x_trl'), '.3f')} | "
-            f"{every['train_only_s']:.4f} | {_num(s1.get('train_only_x_trl'), '.3f')} | "
+            f"{_num(every['train_only_s'], '.4f')} | {_num(s1.get('train_only_x_trl'), '.3f')} | "
             f"{_num(s.get('train_only_logging10_amortised_x_trl'), '.3f')} | {ten['generating_s']:.4f} | "
             f"{_num(s10.get('generating_x_trl'), '.3f')} | {_num(ten.get('peak_memory_gb'), '.2f')} | "
             f"{ten['syncs_train_only']} / {ten['syncs_generating']} | "

@@ -82,18 +82,48 @@ def test_overhead_device_mode_keeps_what_it_measured_at_the_cap(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["trials"] == {} and report["not_run"] == ["trl", "grpo", "casp"]
-    assert report["stopped"] == "time cap: 3 of 3 methods not started (trl, grpo, casp)"
+    assert report["stopped"] == "time cap: 6 of 6 trials not started"
 
     out = tmp_path / "stopped.json"
     proc = subprocess.Popen([*cmd, "--output", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     for line in proc.stdout:
-        if line.startswith("[2/3] grpo") and "logging10" in line:  # TRL done, grpo half done
+        if line.startswith("[4/6] trl") and "every_step" in line:  # the first pass done, then TRL's second trial
             proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0
     report = json.loads(out.read_text())
-    assert set(report["trials"]) == {"trl"} and report["not_run"] == ["grpo", "casp"]
-    assert report["stopped"] == "SIGTERM: stopped during grpo" and report["summary"]["trl"]["meets_goals"] is True
+    assert {m: set(modes) for m, modes in report["trials"].items()} == {
+        "trl": {"logging10", "every_step"}, "grpo": {"logging10"}, "casp": {"logging10"}}
+    assert report["not_run"] == ["grpo", "casp"] and report["failed"] == {}
+    assert report["stopped"] == "SIGTERM: stopped during trial 5 of 6 (grpo, every_step)"
+    assert report["summary"]["trl"]["meets_goals"] is True
+
+
+def test_overhead_device_mode_reports_a_method_that_raises_and_measures_the_others(tmp_path, monkeypatch, capsys):
+    """One method's crash is recorded with its traceback, the methods after it are still measured, and the command
+    exits 1."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import overhead_device
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    real = overhead_device.trial
+
+    def trial(method, *args, **kwargs):
+        if method == "grpo":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(overhead_device, "trial", trial)
+    report = overhead_device.run("cpu", True, ["trl", "grpo", "casp"], tmp_path / "o.json")
+    assert set(report["trials"]) == {"trl", "casp"} and set(report["trials"]["casp"]) == {"logging10", "every_step"}
+    failure = report["failed"]["grpo"]
+    assert set(failure) == {"logging10", "every_step"}
+    assert failure["logging10"]["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert 'raise RuntimeError("CUDA error' in failure["logging10"]["traceback"]
+    assert report["not_run"] == [] and report["summary"]["casp"]["logging10"]["train_only_x_trl"] > 0
+    assert json.loads((tmp_path / "o.json").read_text())["failed"]["grpo"]["every_step"]["error"].startswith("Runtime")
+    assert "FAILED: grpo (logging10): RuntimeError: CUDA error" in capsys.readouterr().out
 
 
 def test_gpu_smoke_tiny_cpu_form_runs_offline(tmp_path):
@@ -149,7 +179,14 @@ def test_gpu_validate_dry_run_writes_a_row_per_method(tmp_path):
         assert report["overhead"]["summary"][method]["train_only_logging10_amortised_x_trl"] > 0
     assert [(r["run"], r["status"]) for r in report["smoke"]] == [(f"train {registered[0]}-full", "PASS"),
                                                                   ("eval-base", "PASS")]
-    assert all((out / r["log"]).is_file() for r in report["smoke"])
+    import tarfile
+
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_validate.json", "gpu_validate.md", "logs.tar.gz",
+                                                      "overhead.json"]  # what a lent machine sends back
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        logs = set(tar.getnames())
+    assert {"logs/probe.log", "logs/build_model.log", "logs/overhead.log"} <= logs
+    assert all(r["log"].split(":", 1)[1] in logs for r in report["smoke"]), (report["smoke"], logs)
     table = (out / "gpu_validate.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
     for method in methods:
@@ -180,6 +217,23 @@ def test_gpu_validate_stops_a_stage_at_the_cap_and_reports_what_was_not_run(tmp_
     assert "stopped at the cap, not run: overhead benchmark; smoke grpo" in table
 
 
+def test_gpu_validate_exits_1_when_an_overhead_trial_failed(tmp_path):
+    """A crash in the overhead stage is a failure (exit 1, named), never "not run (time cap)"; its row says FAILED."""
+    gv = _gpu_validate()
+    v = gv.Validation(gv.parse_args(["--dry-run", "--out", str(tmp_path)]))
+    v.report["methods"] = ["grpo", "casp"]
+    v.report["overhead"] = {"trials": {}, "summary": {}, "not_run": [], "exit_status": 1,
+                            "failed": {"grpo": {"logging10": "RuntimeError: boom"}}}
+    assert gv.outcome(v.report) == (1, "gpu_validate: FAILED: overhead of grpo (logging10)")
+    v.write()
+    table = (tmp_path / "gpu_validate.md").read_text()
+    assert "| grpo | FAILED (logging10: RuntimeError: boom) |" in table and "| casp | not run (time cap) |" in table
+    v.report["overhead"] = {"trials": {}, "summary": {}, "not_run": ["trl"], "exit_status": 1, "failed": {}}
+    assert gv.outcome(v.report)[0] == 1  # the benchmark died before writing any trial
+    v.report["overhead"]["exit_status"] = None  # stopped at the cap: not a failure
+    assert gv.outcome(v.report) == (0, "gpu_validate: everything ran and passed")
+
+
 def test_gpu_validate_arguments_and_carried_pins(tmp_path, monkeypatch, capsys):
     gv = _gpu_validate()
     monkeypatch.delenv("GPU_VALIDATE_WHEELS", raising=False)
@@ -203,3 +257,24 @@ def test_gpu_validate_arguments_and_carried_pins(tmp_path, monkeypatch, capsys):
     page = (REPO / "docs" / "gpu_validation.md").read_text()
     pins = [x for x in (REPO / "scripts" / "gpu_wheels.txt").read_text().splitlines() if "==" in x]
     assert pins and all(pin in page for pin in pins), [p for p in pins if p not in page]
+
+
+def test_every_carried_wheel_resolves_for_the_gpu_images_python(tmp_path):
+    """The GPU image runs Python 3.12: each line of scripts/gpu_wheels.txt has a cp312 wheel (0.8.0 collected cp311
+    wheels, and pip would have installed nothing there). Asks the package index, as the documented command does."""
+    import re
+
+    page = (REPO / "docs" / "gpu_validation.md").read_text()
+    command = page[page.index("python -m pip download"):].split("\n\n")[0].replace("\\\n", " ")
+    assert "--python-version 3.12" in command and "--abi cp312" in command
+    args = command.split()[3:]  # after `python -m pip`
+    args[args.index("-d") + 1] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pip", *args, "-q"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = {re.sub(r"[-_.]+", "-", w.name.split("-")[0]).lower() for w in tmp_path.glob("*.whl")}
+    wanted = {re.sub(r"[-_.]+", "-", re.split(r"[=<>]", line)[0].strip()).lower()
+              for line in (REPO / "scripts" / "gpu_wheels.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    assert names == wanted and len(wanted) == 9, (names, wanted)
+    assert not [w.name for w in tmp_path.glob("*.whl") if "cp311" in w.name or "py311" in w.name]
