@@ -16,8 +16,10 @@ from exploration_trl.experiments.confirmatory import combine_v2, protocol
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL_COMMIT = "4e6b608"
 #: What the pre-registration commit fixed: the protocol and the code that runs and judges it.
-PREREGISTERED = ("configs/confirmatory/countdown3_v2.yaml", "exploration_trl/experiments/confirmatory/protocol_v2.py",
-                 "confirmatory_state/countdown3_v2/pre_run_calibration.json")
+PREREGISTERED = ("configs/confirmatory/countdown3_v2.yaml", "confirmatory_state/countdown3_v2/pre_run_calibration.json",
+                 *(f"exploration_trl/experiments/confirmatory/{m}.py" for m in (
+                     "protocol", "protocol_v2", "analysis_v2", "verdict", "calibration", "heldout", "runner",
+                     "provenance", "driver")))
 
 
 def _test(label, checkpoint, family, effect, p, p_holm):
@@ -103,8 +105,12 @@ def test_the_full_tables_give_selection_provenance_and_the_secondary_analysis():
     assert "| +3.10, p 0.001 " in text  # seeds and multisets
 
 
-def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path):
-    from exploration_trl.experiments.confirmatory import command
+def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path, monkeypatch):
+    from exploration_trl.experiments.confirmatory import command, integrity_v2
+
+    checked = []  # the integrity checks themselves: tests/test_confirmatory_v2_integrity.py
+    monkeypatch.setattr(integrity_v2, "check", lambda cfg, folder, sha: checked.append((cfg["name"], folder)) or {
+        "runs": 292})
 
     out = tmp_path / "run"
     out.mkdir()
@@ -122,6 +128,9 @@ def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path):
     assert combined["second_protocol"]["setups"][0]["name"] == "countdown3_v2"
     assert "| countdown3_v2 | negative control | grpo_lr_half |" in readme.read_text()
     assert "292 runs" in page.read_text() and page.read_text().endswith("end\n")
+    assert checked == [("countdown3_v2", out)] and combined["second_protocol"]["setups"][0]["integrity"] == {"runs": 292}
+    assert combined["second_protocol"]["setups"][0]["amendment"]["date"] == "2026-11-28"
+    assert "**Negative control** (`grpo_lr_half`, read as amendment 1 of 2026-11-28" in readme.read_text()
 
 
 def test_the_readme_and_the_page_have_the_second_protocols_blocks():

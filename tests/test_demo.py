@@ -245,6 +245,30 @@ def test_demo_quotes_the_confirmatory_verdicts_of_docs_confirmatory_json():
     assert {k: set(v) for k, v in demo.CONFIRMED_BEATS_GRPO.items()} == verdicts
 
 
+def test_the_demos_second_protocol_claim_is_the_published_one():
+    """None (and "no verdict yet" printed) until docs/confirmatory.json has `second_protocol`; then per set-up the arms
+    that beat GRPO, or "not interpretable" when its negative control beat GRPO (amendment 1)."""
+    from exploration_trl.experiments.confirmatory import amendment
+
+    combined = json.loads((Path(__file__).resolve().parents[1] / "docs" / "confirmatory.json").read_text())
+    second = combined.get("second_protocol")
+    if second is None:
+        assert demo.SECOND_PROTOCOL_BEATS_GRPO is None
+        assert "has no verdict yet" in demo.second_protocol_claim()
+        return
+    expected = {}
+    for setup in second["setups"]:
+        control = ((setup.get("amendment") or {}).get("control") or {}).get("primary", {})
+        if control.get("status") == amendment.FAILED:
+            expected[setup["name"]] = demo.NOT_INTERPRETABLE
+            continue
+        expected[setup["name"]] = {t["label"] for t in setup["tests"] if t["family"] == "primary"
+                                   and t["p_holm"] is not None and t["p_holm"] < setup["alpha"]
+                                   and t["label"] != (setup.get("amendment") or {}).get("control_label")}
+    got = {k: v if isinstance(v, str) else set(v) for k, v in demo.SECOND_PROTOCOL_BEATS_GRPO.items()}
+    assert got == expected
+
+
 def test_closest_to_beating_takes_the_largest_margin():
     from exploration_trl.experiments import curves
 

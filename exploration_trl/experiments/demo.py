@@ -44,6 +44,11 @@ BEATS_GRPO: tuple[str, ...] = ("passk_published", "pkpo_published")
 #: The pre-registered confirmatory verdicts (`docs/confirmatory.json`, primary checkpoint, Holm-adjusted p < 0.05;
 #: checked by `tests/test_demo.py`): per set-up, the settings that beat GRPO's trajectory.
 CONFIRMED_BEATS_GRPO: dict[str, tuple[str, ...]] = {"countdown3": ("pkpo_k4", "passk_k4"), "countdown4": ()}
+#: The second protocol's verdicts (`docs/confirmatory.json`'s `second_protocol`, checked by `tests/test_demo.py`):
+#: per set-up, the arms that beat GRPO at the primary checkpoint, or NOT_INTERPRETABLE when its negative control beat
+#: GRPO (amendment 1); None while its runs are under way.
+NOT_INTERPRETABLE = "not interpretable: a step-size change alone beats GRPO's trajectory"
+SECOND_PROTOCOL_BEATS_GRPO: dict[str, tuple[str, ...] | str] | None = None
 #: RL steps of the default demo: long enough for GRPO's collapse to show (in the budget experiment its pass@64 falls
 #: about 10 points by step 400), short enough for about 3 minutes on 2 cores.
 DEMO_STEPS = 600
@@ -59,6 +64,17 @@ TABLES_FILE = "demo_tables.md"
 #: What a `--quick` run says of its numbers.
 SMOKE_TEST_NOTE = ("a smoke test (--quick): a few RL steps and a small evaluation show that the pipeline runs; its "
                    "numbers say nothing about the methods (the full demo: `exploration-trl demo`)")
+
+
+def second_protocol_claim() -> str:
+    """The demo's sentence on the second protocol: its verdicts per set-up, "not interpretable" where the negative
+    control beat GRPO, or that it has none yet."""
+    if SECOND_PROTOCOL_BEATS_GRPO is None:
+        return ("The second protocol (pre-registered; a negative control, tuned seed methods, 18 seeds per arm) has no "
+                "verdict yet: its runs are under way.")
+    parts = [f"{name}: {found if isinstance(found, str) else ', '.join(found) or 'none'}"
+             for name, found in SECOND_PROTOCOL_BEATS_GRPO.items()]
+    return "The second protocol, settings that beat GRPO per set-up: " + "; ".join(parts) + "."
 
 
 def warm_start_info(folder: Path | None = None) -> dict[str, Any]:
@@ -451,6 +467,7 @@ def main_from_args(args) -> int:
               f"the same pass@1, by more than the RL-seed noise. In the budget experiment (exploratory; "
               f"docs/curves.json) {found}. The claims are the pre-registered confirmatory verdicts "
               f"(docs/confirmatory.md), settings that beat GRPO per set-up: {confirmed}.")
+        print(second_protocol_claim())
     for name, entry in summary.items():
         for note in entry.get("notes", []) if name != META_KEY else []:
             print(f"warning: {name}: {note}", file=sys.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _common
+from . import amendment as amend
 from .analysis import _pct, _short_verdict, verdict_of
 
 #: The order of the arms in every table.
@@ -21,6 +22,8 @@ ROLE_NAMES = {"negative_control": "negative control", "tuned": "tuned", "new": "
 #: The markers around the second protocol's tables (docs/confirmatory.md) and its short table (README.md).
 BLOCK_START, BLOCK_END = "<!-- confirmatory-v2:start -->", "<!-- confirmatory-v2:end -->"
 SUMMARY_START, SUMMARY_END = "<!-- confirmatory-v2-summary:start -->", "<!-- confirmatory-v2-summary:end -->"
+#: README's "Which method should I use?" section, generated from the same json.
+ADVICE_START, ADVICE_END = "<!-- which-method:start -->", "<!-- which-method:end -->"
 PENDING = ("The second protocol's runs are under way (pre-registered in commit 4e6b608, run from a `git archive` of "
            "it); no verdict yet. Its finished runs are in `confirmatory_state/countdown3_v2/`.\n")
 
@@ -44,11 +47,26 @@ def earlier_verdict(first: dict[str, Any] | None, setup: str, setting: dict[str,
             "verdict": _short_verdict(test, found.get("alpha", 0.05)).replace("**", "")}
 
 
-def combine(results: list[dict[str, Any]], protocol_commit: str, first: dict[str, Any] | None) -> dict[str, Any]:
+def combine(results: list[dict[str, Any]], protocol_commit: str, first: dict[str, Any] | None,
+            integrity: dict[str, dict] | None = None, amendments: dict[str, dict] | None = None,
+            power: dict[str, dict] | None = None) -> dict[str, Any]:
     """The `second_protocol` section: each set-up's result with, per arm, 0.7.0's verdict where there was one.
-    `first`: the current docs/confirmatory.json (the first protocol's combined verdicts), or None."""
+    `first`: the current docs/confirmatory.json (the first protocol's combined verdicts), or None. `integrity`: per
+    set-up, what `integrity_v2.check` verified; `amendments`: per set-up, its amendment (the control's reading is
+    computed here and kept in the json, so every verdict sentence is generated from it)."""
     setups = []
     for r in results:
+        a = (amendments or {}).get(r["name"])
+        if a is not None:
+            r = {**r, "amendment": {"file": str(amend.FILES[r["name"]]), "date": str(a["date"]),
+                                    "control_label": a["control"]["label"],
+                                    "not_interpretable_text": a["not_interpretable_text"],
+                                    "not_checked_text": a["not_checked_text"],
+                                    "control": amend.control_reading(r, a)}}
+        if integrity and r["name"] in integrity:
+            r = {**r, "integrity": integrity[r["name"]]}
+        if power and r["name"] in power:
+            r = {**r, "power": power[r["name"]]}
         if r.get("protocol_version") != 2:
             raise ValueError(f"--combine: {r['name']} is a first-protocol result; combine the two protocols apart")
         earlier_of = (first or {}).get("setups", [])
@@ -83,10 +101,50 @@ def _effect(t: dict[str, Any]) -> str:
 
 
 def _verdict(setup: dict[str, Any], arm: dict[str, Any], t: dict[str, Any]) -> str:
+    """The verdict of one test. Under amendment 1, a family whose control beat GRPO (raw p or Holm's p below alpha)
+    has no verdict but "not interpretable"; one whose control could not be read says so beside each verdict."""
     text = verdict_of(t, setup.get("alpha", 0.05))
-    if arm.get("role") == "negative_control" and t.get("p_holm") is not None and t["p_holm"] < setup.get("alpha", 0.05):
-        return text + ": **the control beat GRPO, so this set-up's test is not to be trusted**"
-    return text
+    a = setup.get("amendment")
+    if arm.get("role") == "negative_control":
+        status = ((a or {}).get("control") or {}).get(t["family"], {}).get("status")
+        if status == amend.FAILED or (t.get("p_holm") is not None and t["p_holm"] < setup.get("alpha", 0.05)):
+            return text.replace("**beats GRPO**", "beats GRPO") + \
+                ": **the control beat GRPO, so this set-up's test is not to be trusted**"
+        return text if a is None else text + f" (raw p read at {a['control'][t['family']]['raw_alpha']:g}: {status})"
+    if a is None:
+        return text
+    override = amend.verdict_override({"not_interpretable_text": a["not_interpretable_text"],
+                                       "not_checked_text": a["not_checked_text"]}, a["control"], t["family"])
+    if override == a["not_interpretable_text"]:
+        return f"**{override}**"
+    return text if override is None else f"{text} ({override})"
+
+
+def control_sentence(setup: dict[str, Any]) -> str:
+    """Amendment 1's reading of the negative control, first in every table: its effect with the upper end of its
+    95% CI, its raw and Holm p, and what that means for the set-up's verdicts."""
+    a = setup.get("amendment")
+    if a is None:
+        return ""
+    parts = []
+    for family in ("primary", "middle"):
+        c = a["control"].get(family)
+        if c is None:
+            continue
+        if c["status"] == amend.NOT_CHECKED:
+            parts.append(f"{family} checkpoint ({c['checkpoint']}): the control's effect could not be read, so the "
+                         f"{family} verdicts are not checked against step size")
+            continue
+        upper = f"{100 * c['ci_upper']:+.1f}" if c["ci_upper"] is not None else "-"
+        meaning = (f"every {family} verdict is not interpretable (a step-size change alone beats GRPO's trajectory)"
+                   if c["status"] == amend.FAILED else
+                   f"not significant, but its 95% CI reaches {upper} points, so a step-size effect that large is not "
+                   "ruled out")
+        parts.append(f"{family} checkpoint ({c['checkpoint']}): effect {100 * c['effect']:+.2f} points, 95% CI upper "
+                     f"end {upper}, raw one-sided p {c['p']:.4f} (read at {c['raw_alpha']:g}), Holm's p "
+                     f"{'-' if c['p_holm'] is None else format(c['p_holm'], '.4f')}: {c['status']}; {meaning}")
+    return (f"**Negative control** (`{a['control_label']}`, read as amendment 1 of {a['date']} says, "
+            f"`{a['file']}`): " + "; ".join(parts) + ".\n\n")
 
 
 def _earlier_text(setup: dict[str, Any], arm: dict[str, Any]) -> str:
@@ -124,11 +182,73 @@ def _null_text(setup: dict[str, Any]) -> str:
     return f"simulated {sim}" + (f"; empirical, directed splits of GRPO's seeds: {emp}" if emp else "")
 
 
+def power_sentence(setup: dict[str, Any]) -> str:
+    """What "not shown" is worth: the registered power code's probability of a verdict at each true effect."""
+    curve = (setup.get("power") or {}).get("curve") or []
+    if not curve:
+        return ""
+    shown = ", ".join(f"{p['rate']:.2f} at +{100 * p['effect']:.1f} points ({p['simulations']:,} simulations)"
+                      for p in sorted(curve, key=lambda p: -p["effect"]))
+    return (f"Power of this test on {setup['name']} (a method that far above GRPO's trajectory at the primary "
+            f"checkpoint gets \"beats GRPO\" at Holm's first step among the 12 primary tests): {shown}. So \"not shown\" "
+            "for an arm whose true effect is below 3 points says little.\n\n")
+
+
+def _family_failed(setup: dict[str, Any], family: str = "primary") -> bool:
+    return ((setup.get("amendment") or {}).get("control") or {}).get(family, {}).get("status") == amend.FAILED
+
+
+def advice_markdown(combined: dict[str, Any]) -> str:
+    """README's "Which method should I use?": from the verdicts alone, with their scope; the control first."""
+    out = []
+    for setup in combined["setups"]:
+        scope = (f"one task ({setup['task']}) and one model of {setup['model_params']:,} parameters"
+                 if setup.get("model_params") else f"one task ({setup['task']})")
+        if _family_failed(setup):
+            out.append(f"**{setup['name']}: the negative control beat GRPO** (a step-size change alone), so no "
+                       "verdict of this set-up can be read and none of its methods is recommended from it.")
+            continue
+        alpha = setup.get("alpha", 0.05)
+        arms = [a for a in _ordered(setup) if a.get("role") != "negative_control"]
+        tests = {a["label"]: _primary(setup, a) for a in arms}
+        wins = [a for a in arms if tests[a["label"]].get("p_holm") is not None and tests[a["label"]]["p_holm"] < alpha]
+        none_ = [a for a in arms if tests[a["label"]].get("p") is None]
+        rest = [a for a in arms if a not in wins and a not in none_]
+
+        def names(group):
+            return ", ".join(f"`{a['label']}` ({_setting_text(setup, a)}, {100 * tests[a['label']]['effect']:+.1f} "
+                             "points)" if tests[a["label"]].get("effect") is not None else f"`{a['label']}`"
+                             for a in group) or "none"
+
+        control = next((c for f, c in ((setup.get("amendment") or {}).get("control") or {}).items()
+                        if f == "primary"), None)
+        lead = ("The negative control did not beat GRPO" + (
+            f" (its effect's 95% CI reaches {100 * control['ci_upper']:+.1f} points)" if control and
+            control.get("ci_upper") is not None else "") + ". " if control and control["status"] == amend.PASSED else
+            "The negative control could not be read, so these verdicts are not checked against step size. "
+            if control else "")
+        out.append(
+            f"**On {setup['name']}** ({scope}; {len(setup['settings'][1]['seeds'])} seeds per arm): {lead}"
+            f"Beat GRPO's own trajectory at the primary checkpoint: {names(wins)}. Not shown to: {names(rest)}."
+            + (f" No verdict (seeds outside GRPO's pass@1 range): {names(none_)}." if none_ else "")
+            + " Start from a method that beat GRPO; treat the others as untested on your task rather than as "
+              "failures, and check any of them on your own held-out set (`exploration-trl confirm` with "
+              "`task: train`).")
+        out.append(power_sentence(setup).strip())
+    return "\n\n".join(x for x in out if x) + "\n"
+
+
+def advice_text(combined: dict[str, Any] | None) -> str:
+    return ("Pending: this section is generated from the second protocol's verdicts (docs/confirmatory.json) when "
+            "its last run is in.\n" if combined is None else advice_markdown(combined))
+
+
 def summary_markdown(combined: dict[str, Any]) -> str:
     """The short table (README.md): per arm, control first, the primary checkpoint's effect with its 95% CI, Holm's
     p and the verdict, and 0.7.0's verdict for the same method."""
-    rows = []
+    rows, controls = [], ""
     for setup in combined["setups"]:
+        controls += control_sentence(setup)
         _, holm = _formats(setup, "primary")
         for arm in _ordered(setup):
             t = _primary(setup, arm)
@@ -136,7 +256,8 @@ def summary_markdown(combined: dict[str, Any]) -> str:
                          f"{t['checkpoint']}: {_effect(t)}", holm(t.get("p_holm")), _verdict(setup, arm, t),
                          _earlier_text(setup, arm)])
     nulls = "; ".join(f"{s['name']}: {_null_text(s)}" for s in combined["setups"])
-    return (_common.markdown_table(["set-up", "arm", "setting", "primary checkpoint: effect (pts) [95% CI]", "p_holm",
+    controls += "".join(power_sentence(s) for s in combined["setups"])
+    return controls + (_common.markdown_table(["set-up", "arm", "setting", "primary checkpoint: effect (pts) [95% CI]", "p_holm",
                                     "verdict", "0.7.0 (first protocol, primary checkpoint)"], rows)
             + f"\n\nNull false-positive rate of the test (GRPO against GRPO): {nulls}. Pre-registered in commit "
               f"{combined['protocol_commit'][:7]}; every run from a `git archive` of it.\n")
@@ -157,6 +278,8 @@ def tables_markdown(combined: dict[str, Any]) -> str:
             f"{str(prov.get('commit'))[:7]} ({prov.get('origin')}, source hash {str(prov.get('source_hash'))[:12]}), "
             f"{prov.get('runs')} runs. Null false-positive rate: {_null_text(setup)}. Per-problem records: "
             f"{setup.get('per_problem_records')}.\n")
+        out.append(control_sentence(setup))
+        out.append(power_sentence(setup))
         rows = []
         for arm in _ordered(setup):
             for t in (x for x in setup["tests"] if x["label"] == arm["label"]):
@@ -199,7 +322,8 @@ def fill_verdicts(path, combined: dict[str, Any] | None) -> list[str]:
 
     text = Path(path).read_text()
     blocks = [(name, start, end, render) for name, start, end, render in (
-        ("tables", BLOCK_START, BLOCK_END, block_text), ("summary", SUMMARY_START, SUMMARY_END, summary_text))
+        ("tables", BLOCK_START, BLOCK_END, block_text), ("summary", SUMMARY_START, SUMMARY_END, summary_text),
+        ("advice", ADVICE_START, ADVICE_END, advice_text))
         if start in text]
     if not blocks:
         raise ValueError(f"{path}: has neither {BLOCK_START} nor {SUMMARY_START}; add one where the second "

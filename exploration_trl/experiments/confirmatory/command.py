@@ -105,14 +105,48 @@ def _copy_plots(dirs, results: list[dict], write: Path) -> None:
             print(f"wrote {target}")
 
 
+def _registered_config(sha: str, name: str) -> dict:
+    """The set-up's protocol YAML as the protocol commit registered it (read from git, not from the work tree)."""
+    import subprocess
+    import tempfile
+
+    from . import protocol
+
+    path = f"configs/confirmatory/{name}.yaml"
+    shown = subprocess.run(["git", "show", f"{sha}:{path}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise ValueError(f"--combine: the protocol commit {sha[:7]} has no {path}")
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / f"{name}.yaml"
+        copy.write_text(shown.stdout)
+        return protocol.load(copy)
+
+
 def _combine_second(args, sha: str, results: list[dict]) -> int:
     """Second-protocol set-ups: their verdicts go under `second_protocol` in --write, beside the first protocol's."""
-    from . import combine_v2
+    from . import amendment, combine_v2, integrity_v2
 
     write = Path(args.write)
     current = json.loads(write.read_text()) if write.is_file() else {}
     first = {k: v for k, v in current.items() if k != "second_protocol"}
-    section = combine_v2.combine(results, sha, first or None)
+    checks, amendments = {}, {}
+    for d, r in zip(args.combine, results):
+        cfg = _registered_config(sha, r["name"])
+        checks[r["name"]] = integrity_v2.check(cfg, Path(d), sha)  # fails loudly before anything is written
+        print(f"{d}: integrity checks passed ({checks[r['name']]['runs']} finished runs, one provenance)")
+        found = amendment.load(r["name"], Path.cwd())
+        if found is not None:
+            amendments[r["name"]] = found
+    power = {}
+    for r in results:  # the registered power code's curve (power_curve.py) and its pre-run +3-point figure
+        state = Path("confirmatory_state") / r["name"]
+        curve = json.loads((state / "power_curve.json").read_text())["curve"] if (state / "power_curve.json").is_file() \
+            else []
+        pre = json.loads((state / "pre_run_calibration.json").read_text()).get("power") \
+            if (state / "pre_run_calibration.json").is_file() else None
+        at3 = [p for p in curve if p["effect"] != (pre or {}).get("effect")] + ([pre] if pre else [])
+        power[r["name"]] = {"curve": sorted(at3, key=lambda p: p["effect"])}
+    section = combine_v2.combine(results, sha, first or None, checks, amendments, power)
     _common.write_json(write, {**current, "second_protocol": section})
     print(f"wrote {write} (second_protocol)")
     _copy_plots(args.combine, results, write)
