@@ -424,3 +424,18 @@ def test_intro_counts_no_methods_and_points_to_the_table():
     assert readme == index.replace("(methods.md#the-methods)", "(#methods)")
     numbers = r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\d+"
     assert not re.search(rf"\b({numbers})\s+(\w+\s+)?(fixes|methods|estimators|bonuses)\b", readme, re.IGNORECASE)
+
+
+def test_no_list_is_swallowed_into_a_paragraph(site):
+    """Python-Markdown (unlike GitHub) needs a blank line before a list and 4-space indents inside a list item;
+    without them a list renders as one paragraph with literal "- " markers. Checked on the user pages (the API
+    reference renders docstrings)."""
+    swallowed = []
+    for page in site.rglob("index.html"):
+        if "api" in page.relative_to(site).parts:
+            continue
+        for para in re.findall(r"<p>(.*?)</p>", page.read_text(encoding="utf-8"), re.DOTALL):
+            for m in re.finditer(r"\n(?:[-*]|\d+\.) ", para):
+                text = re.sub(r"<[^>]+>", "", para[m.start():m.start() + 60]).strip()
+                swallowed.append(f"{page.parent.relative_to(site)}: {text!r}")
+    assert not swallowed, swallowed
