@@ -7,7 +7,10 @@ MkDocs's, so every relative link in them is checked here against the files and G
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -21,6 +24,7 @@ import yaml
 import exploration_trl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TESTS = REPO_ROOT / "tests"
 DOCS = REPO_ROOT / "docs"
 README = REPO_ROOT / "README.md"
 README_MAX_LINES = 300
@@ -111,10 +115,50 @@ def nav_pages() -> list[str]:
     return re.findall(r"[\w/-]+\.md", str(nav))
 
 
-def test_site_builds_strictly(tmp_path):
-    proc = mkdocs_build(REPO_ROOT, tmp_path / "site")
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once (`mkdocs build --strict`) for every test here that reads a built page."""
+    out = tmp_path_factory.mktemp("docs") / "site"
+    proc = mkdocs_build(REPO_ROOT, out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    site = tmp_path / "site"
+    return out
+
+
+def page_html(site: Path, page: str) -> str:
+    """The HTML of a built page, by its path under docs/ without `.md` (`api/core`)."""
+    return (site / page / "index.html").read_text(encoding="utf-8")
+
+
+def html_element(html: str, marker: str, tag: str = "p") -> str:
+    """The inner HTML of the first `<tag>` element of a built page whose HTML contains `marker`."""
+    for m in re.finditer(rf"<{tag}>(.*?)</{tag}>", html, re.DOTALL):
+        if marker in m.group(1):
+            return m.group(1)
+    raise AssertionError(f"no <{tag}> containing {marker!r}")
+
+
+def codes(html: str) -> list[str]:
+    """The texts of the inline code spans of an HTML fragment."""
+    return re.findall(r"<code>([^<]*)</code>", html)
+
+
+def module_literal(path: Path, name: str):
+    """A module-level `NAME = <literal>` of a Python file (a test's parametrisation), read without importing it."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(n, ast.Name) and n.id == name for n in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no module-level `{name} = <literal>`")
+
+
+def builtin_methods() -> list[str]:
+    """The registered methods defined in the package (not one a test registered), in registration order."""
+    from exploration_trl.methods import strategy_of
+
+    return [name for name, (trainer, _) in exploration_trl.METHODS.items()
+            if (strategy_of(name) or trainer).__module__.startswith("exploration_trl.")]
+
+
+def test_site_builds_strictly(site):
     built = {str(p.parent.relative_to(site)) for p in site.rglob("index.html")}
     pages = {str(p.relative_to(DOCS).with_suffix("")) for p in DOCS.rglob("*.md")} - {"index"}
     pages = {p.removesuffix("/index") for p in pages}
@@ -220,3 +264,178 @@ def test_docs_numbers_are_dated():
     """A number on a docs page carries the date it was measured, never "today" (the README's demo says when)."""
     for page in DOCS.glob("*.md"):
         assert not re.search(r"\btoday\b", page.read_text(encoding="utf-8"), re.IGNORECASE), page.name
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Lists of methods and core functions on the built site: each comes from the registry or the tests it describes, so
+# that a method or a core function added later cannot be left out of one.
+
+
+def public_names_defined_in(module) -> list[str]:
+    """A module's `__all__`, or else the public functions, classes and constants its own source defines."""
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    names = []
+    for node in ast.parse(Path(module.__file__).read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [n.id for n in targets if isinstance(n, ast.Name)]
+    return [n for n in names if not n.startswith("_")]
+
+
+def test_api_reference_renders_every_public_core_name(site):
+    """Every name of `exploration_trl.core.__all__`, and every public name of each public core module, has its
+    entry (an anchor `id`) in the built API reference: a new core module needs its `:::` block on docs/api/core.md."""
+    import exploration_trl.core as core
+
+    ids = set()
+    for page in site.joinpath("api").rglob("index.html"):
+        ids |= set(re.findall(r'id="(exploration_trl\.core\.[\w.]+)"', page.read_text(encoding="utf-8")))
+    missing = []
+    for name in core.__all__:
+        module = getattr(getattr(core, name), "__module__", None)
+        found = f"{module}.{name}" in ids if module else any(i.endswith(f".{name}") for i in ids)
+        if not found:
+            missing.append(f"{name} (from {module or 'exploration_trl.core'})")
+    assert not missing, f"exploration_trl.core.__all__ names missing from the built API reference: {missing}"
+    modules = [m.name for m in pkgutil.iter_modules(core.__path__) if not m.name.startswith("_")]
+    assert {"advantages", "passk", "estimators", "bonuses", "losses"} <= set(modules)
+    for mod in modules:
+        module = importlib.import_module(f"exploration_trl.core.{mod}")
+        absent = [n for n in public_names_defined_in(module) if f"exploration_trl.core.{mod}.{n}" not in ids]
+        assert not absent, (f"exploration_trl.core.{mod}: {absent} not in the built API reference; add "
+                            f"`::: exploration_trl.core.{mod}` to docs/api/core.md")
+
+
+def _string_constants(module_name: str) -> set[str]:
+    tree = ast.parse(Path(sys.modules[module_name].__file__).read_text(encoding="utf-8"))
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def test_metrics_page_documents_every_metric_a_method_logs(site):
+    """Each registered method's metrics (the string constants under its `metric_prefixes` in the modules of its
+    strategy and trainer) have a row on the built Training-time metrics page, and every prefix has at least one."""
+    from exploration_trl.methods import method_info, strategy_of
+
+    documented = set(codes(page_html(site, "metrics")))
+    missing = []
+    for name in builtin_methods():
+        modules = {cls.__module__ for cls in (strategy_of(name), exploration_trl.METHODS[name][0]) if cls is not None}
+        constants = set().union(*(_string_constants(m) for m in modules))
+        for prefix in method_info(name).metric_prefixes:
+            logged = {c for c in constants if re.fullmatch(re.escape(prefix) + r"[a-z0-9_]+", c)}
+            missing += sorted(logged - documented)
+            if not any(d.startswith(prefix) for d in documented):
+                missing.append(f"{prefix}* (method {name})")
+    assert not missing, f"docs/metrics.md: add a row for {missing}"
+
+
+def _method_names(fragment: str, known: set[str]) -> set[str]:
+    """The code spans of an HTML fragment that name a method or a composition of methods."""
+    return {c for c in codes(fragment) if c in known or (c.count("+") == 1 and set(c.split("+")) <= known)}
+
+
+def test_distributed_page_lists_what_the_multiprocess_tests_run(site):
+    """docs/distributed.md says tests/test_multiprocess.py launches every registered method: its METHODS must hold
+    each of them, and the page must name exactly what it runs (and the LoRA methods as LORA_METHODS)."""
+    mp_methods = module_literal(TESTS / "test_multiprocess.py", "METHODS")
+    lora = module_literal(TESTS / "test_multiprocess.py", "LORA_METHODS")
+    registered = builtin_methods()
+    missing = [m for m in registered if m not in mp_methods]
+    assert not missing, (f"tests/test_multiprocess.py's METHODS lacks {missing}: docs/distributed.md says it runs "
+                         "every registered method")
+    html = page_html(site, "distributed")
+    para = html_element(html, "launches every registered method")
+    plain = {m for m in mp_methods if not m.endswith("-global")}
+    named = _method_names(para, set(registered))
+    assert named == plain, (f"docs/distributed.md names {sorted(named - plain)} that tests/test_multiprocess.py does "
+                            f"not run and leaves out {sorted(plain - named)} that it runs")
+    if any(m.endswith("-global") for m in mp_methods):
+        assert "cov_selection: global" in para
+    assert _method_names(html_element(html, "LoRA (PEFT) under DDP", "td"), set(registered)) == set(lora)
+
+
+def test_vllm_page_names_exactly_the_methods_the_vllm_tests_run(site):
+    """docs/vllm.md claims vLLM colocate training only for the methods tests/test_vllm_colocate.py runs."""
+    colocate = set(module_literal(TESTS / "test_vllm_colocate.py", "METHODS"))
+    html = page_html(site, "vllm")
+    registered = set(builtin_methods())
+    para = html_element(html, "Which methods were run through vLLM")
+    assert _method_names(para, registered) == colocate
+    table = html[html.index("active: max"):]
+    table = table[:table.index("</table>")]
+    assert set(re.findall(r"<tr>\s*<td>([^<]+)</td>", table)) == colocate
+    assert "trains every method" not in html
+
+
+def test_pages_name_every_method_that_reads_rollout_statistics(site):
+    """The vLLM and GPU-recipe pages say which methods read the rollout's statistics (and so TRL's or vLLM's
+    log-probs): every registered strategy that asks for them is named there."""
+    from exploration_trl.methods import method_info, strategy_of
+    from exploration_trl.trainers.strategy import Strategy
+
+    needs = ("needs_rollout_logps", "needs_prompt_logps", "needs_rollout_candidates")
+    readers = [name for name in builtin_methods() if strategy_of(name) is not None
+               and any(getattr(strategy_of(name), n) is not getattr(Strategy, n) for n in needs)]
+    assert {"progrpo", "casp"} <= set(readers)
+    for page, marker in (("vllm", "reuse it: no added forward"), ("gpu_recipes", "rollout statistics come from")):
+        text = re.sub(r"<[^>]+>", "", html_element(page_html(site, page), marker)).lower()
+        missing = [n for n in readers if method_info(n).display.split(" (")[0].lower() not in text]
+        assert not missing, f"docs/{page}.md: name {missing} among the methods that read the rollout's statistics"
+
+
+def test_recipes_row_matches_the_shipped_recipes(site):
+    recipes = REPO_ROOT / "configs" / "methods"
+    missing = [m for m in builtin_methods() if not (recipes / f"{m}_qwen2.5-0.5b.yaml").exists()]
+    assert not missing, f"docs/gpu_recipes.md says every method has a 0.5B recipe; {missing} has none"
+    html = page_html(site, "gpu_recipes")
+    big = {p.name.removesuffix("_qwen2.5-7b.yaml") for p in recipes.glob("*_qwen2.5-7b.yaml")}
+    assert set(codes(html_element(html, "Qwen2.5-7B (CaSP math", "td"))) == big
+
+
+def test_configuration_page_lists_the_sides_and_knobs_of_the_registry(site):
+    from exploration_trl.methods import ADVANTAGE_SIDE, LOSS_SIDE
+    from exploration_trl.trainers.entropy_band import KNOBS
+
+    registered = builtin_methods()
+    html = page_html(site, "configuration")
+    advantage = html_element(html, "the advantage-side method", "li")
+    assert _method_names(advantage, set(registered)) == {m for m in ADVANTAGE_SIDE if m in registered}
+    loss = html_element(html, "the loss-side method", "li")
+    assert _method_names(loss, set(registered)) == {m for m in LOSS_SIDE if m in registered}
+    para = html_element(html, "Knobs: ")
+    listed = para[para.index("Knobs: "):para.index("The knob is logged")]
+    assert set(codes(listed)) - {"MethodInfo.coefficients"} == set(KNOBS)
+
+
+def intro(text: str) -> str:
+    """The paragraph under a page's title, its lines joined."""
+    return " ".join(text.split("\n\n")[1].split())
+
+
+def test_intro_counts_no_methods_and_points_to_the_table():
+    """The first paragraph of README.md and docs/index.md (one text) names the method families, not a count that a
+    new method would make stale, and links the methods table, which the registry generates."""
+    readme = intro(README.read_text(encoding="utf-8"))
+    index = intro((DOCS / "index.md").read_text(encoding="utf-8"))
+    assert "[methods table](#methods)" in readme and "[methods table](methods.md#the-methods)" in index
+    assert readme == index.replace("(methods.md#the-methods)", "(#methods)")
+    numbers = r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\d+"
+    assert not re.search(rf"\b({numbers})\s+(\w+\s+)?(fixes|methods|estimators|bonuses)\b", readme, re.IGNORECASE)
+
+
+def test_no_list_is_swallowed_into_a_paragraph(site):
+    """Python-Markdown (unlike GitHub) needs a blank line before a list and 4-space indents inside a list item;
+    without them a list renders as one paragraph with literal "- " markers. Checked on the user pages (the API
+    reference renders docstrings)."""
+    swallowed = []
+    for page in site.rglob("index.html"):
+        if "api" in page.relative_to(site).parts:
+            continue
+        for para in re.findall(r"<p>(.*?)</p>", page.read_text(encoding="utf-8"), re.DOTALL):
+            for m in re.finditer(r"\n(?:[-*]|\d+\.) ", para):
+                text = re.sub(r"<[^>]+>", "", para[m.start():m.start() + 60]).strip()
+                swallowed.append(f"{page.parent.relative_to(site)}: {text!r}")
+    assert not swallowed, swallowed
