@@ -211,3 +211,20 @@ def test_the_readme_has_the_generated_advice_block():
     assert text.count(combine_v2.ADVICE_START) == 1 and text.count(combine_v2.ADVICE_END) == 1
     block = text.split(combine_v2.ADVICE_START)[1].split(combine_v2.ADVICE_END)[0]
     assert block.strip() == combine_v2.advice_text(None).strip()
+
+
+def test_the_docs_power_sentence_is_the_committed_curve():
+    """docs/confirmatory.md quotes no power figure that no committed output holds: its block is generated from
+    power_curve.json and the registered +3-point figure (pre_run_calibration.json)."""
+    from exploration_trl.experiments.confirmatory import power_curve
+
+    data = json.loads((STATE / "power_curve.json").read_text())
+    pre = json.loads((STATE / "pre_run_calibration.json").read_text())["power"]
+    assert sorted(r["effect"] for r in data["curve"]) == [0.015, 0.02, 0.025, 0.03]
+    assert pre["rate"] == 0.8365 and pre["simulations"] == 2000
+    page = (ROOT / "docs" / "confirmatory.md").read_text()
+    block = page.split(power_curve.BLOCK_START)[1].split(power_curve.BLOCK_END)[0]
+    assert block.strip() == power_curve.sentence(data, pre)
+    assert "**0.84** [0.82, 0.85] at +3.0 points (2,000 simulations)" in block
+    for stale in ("5.16%", "0.78", "0.73"):
+        assert stale not in page
