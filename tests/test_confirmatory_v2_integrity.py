@@ -228,3 +228,22 @@ def test_the_docs_power_sentence_is_the_committed_curve():
     assert "**0.84** [0.82, 0.85] at +3.0 points (2,000 simulations)" in block
     for stale in ("5.16%", "0.78", "0.73"):
         assert stale not in page
+
+
+def test_the_post_hoc_reread_and_the_calibration_sentence_are_the_committed_json():
+    from exploration_trl.experiments.confirmatory import reread_v1
+
+    data = json.loads((ROOT / "docs" / "confirmatory_v1_reread.json").read_text())
+    original = json.loads((ROOT / "confirmatory_state" / "countdown3" / "result.json").read_text())
+    assert data["post_hoc"] is True and data["test"]["estimator"] == "mean_point" and data["test"]["spread"] == 1.1
+    assert len(data["tests"]) == 12 and {t["label"] for t in data["tests"]} == {t["label"] for t in original["tests"]}
+    page = (ROOT / "docs" / "confirmatory.md").read_text()
+    block = page.split(reread_v1.BLOCK_START)[1].split(reread_v1.BLOCK_END)[0]
+    assert block.strip() == reread_v1.markdown(data, original).strip()
+    assert "post hoc" in page.split(reread_v1.BLOCK_START)[0].rsplit("###", 1)[1]
+    sentence = reread_v1.calibration_sentence(data)
+    for path in (ROOT / "README.md", ROOT / "docs" / "confirmatory.md"):
+        text = path.read_text()
+        assert text.split(reread_v1.CALIBRATION_START)[1].split(reread_v1.CALIBRATION_END)[0].strip() == sentence
+    rates = data["null_at_v1_design"]["rates"]
+    assert rates["v1_test_700"]["simulations"] == 10000 and rates["v1_test_700"]["rate"] > 0.05
