@@ -11,6 +11,7 @@ in float32 torch, and are written here as numbers; docs/methods.md says where th
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -110,6 +111,50 @@ def test_qae_paper_and_code_agree_where_k_times_g_minus_one_is_whole():
         paper = estimators.quantile_advantages(r, 16, k=0.4)
         code = estimators.quantile_advantages(r, 16, k=0.4, method="linear")
         assert_close(paper, code)
+
+
+def test_qae_rank_is_exact_for_every_group_size_and_level():
+    """Every n <= 128 (a group of 128 with 128 - n unscored rows) and K = 0.001, ..., 0.999: the baseline is the
+    ceil(K n)-th smallest scored reward, ceil taken in exact rational arithmetic. The rewards 1..n make the baseline
+    the rank itself: with scale "none" the row holding 1 gets 1 - rank."""
+    g = 128
+    rows = torch.full((g, g), float("nan"))
+    for n in range(1, g + 1):
+        rows[n - 1, :n] = torch.arange(1, n + 1, dtype=torch.float32)
+    wrong = []
+    for i in range(1, 1000):
+        level = Fraction(i, 1000)
+        exact = [math.ceil(level * n) for n in range(1, g + 1)]
+        adv = estimators.quantile_advantages(rows.reshape(-1), g, k=i / 1000, scale="none").view(g, g)
+        got = (1 - adv[:, 0]).tolist()
+        wrong += [(n, i / 1000, got[n - 1], exact[n - 1]) for n in range(1, g + 1) if got[n - 1] != exact[n - 1]]
+    assert wrong == []  # a float32 k * n put 17 of these one rank too high, e.g. (25, 0.6), (45, 0.6), (50, 0.3)
+
+
+@pytest.mark.parametrize("n, k, correct", [(25, 0.6, 10), (45, 0.6, 18), (50, 0.3, 35), (100, 0.15, 85)])
+def test_qae_binary_groups_at_the_boundary(n, k, correct):
+    # correct = (1 - K) n exactly: the share of correct completions is 1 - K, so the paper's baseline is 0 (only the
+    # correct completions move, up); one more correct completion and it is 1 (only the wrong ones, down). The group is
+    # padded to 128 with unscored rows, as unscored completions leave n < G in training.
+    def adv(c):
+        r = t([1.0] * c + [0.0] * (n - c) + [float("nan")] * (128 - n))
+        return estimators.quantile_advantages(r, 128, k=k, scale="none")
+
+    at = adv(correct)
+    assert at[:correct].tolist() == [1.0] * correct and at[correct:].tolist() == [0.0] * (128 - correct)
+    above = adv(correct + 1)
+    assert above[:n].tolist() == [0.0] * (correct + 1) + [-1.0] * (n - correct - 1)
+
+
+def test_qae_one_scored_completion_gets_zero():
+    # Its quantile is its own reward: 0 whatever the scale (verl's code gives a group of one its reward, mean 0 and
+    # std 1 there). G = 1 is the same.
+    nan = float("nan")
+    for scale in ("group", "batch", "none"):
+        r = t([1.0, nan, nan, nan, 1.0, 0.0, 0.0, 0.0])
+        adv = estimators.quantile_advantages(r, 4, k=0.4, scale=scale)
+        assert adv[:4].tolist() == [0.0] * 4 and adv[4].item() > 0, scale
+        assert estimators.quantile_advantages(t([1.0, 0.0]), 1, scale=scale).tolist() == [0.0, 0.0]
 
 
 def test_qae_graded_rewards_scale_and_unscored_rows():

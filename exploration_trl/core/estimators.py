@@ -8,6 +8,8 @@ part in their group's statistics. Nothing here reads the device on the host.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import torch
 
 from ._utils import check_groups, flat_rows, nanstd, to_f32
@@ -26,8 +28,8 @@ WREINFORCE_MODES = ("weighted", "psr", "nsr")
 #: interpolation between order statistics (`torch.quantile`'s default, which the authors' code calls).
 QAE_QUANTILE_METHODS = ("inverted_cdf", "linear")
 
-# ceil(k * n) with k * n an integer in exact arithmetic but not in floating point (0.4 * 5 = 2.0000000000000004).
-_CEIL_TOL = 1e-9
+#: Largest denominator of the quantile level K as a fraction (`_level_fraction`): keeps `K * n` exact in int64.
+_MAX_LEVEL_DENOMINATOR = 10**9
 
 
 def _valid_rows(correct: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,11 +79,27 @@ def weighted_reinforce_advantages(correct: torch.Tensor, valid: torch.Tensor | N
     return c.float() * pos + wrong.float() * neg
 
 
+def _level_fraction(k: float) -> tuple[int, int]:
+    """`(p, q)` with `p / q` the quantile level K as written: the shortest decimal that gives the float (`repr`), so
+    0.6 is 3/5 and not the binary float just below it, in lowest terms (a denominator above 1e9, K with more than nine
+    decimals, is rounded to the nearest fraction with one of at most 1e9). Host arithmetic on a Python float, once per
+    call; nothing is read from the device."""
+    level = Fraction(repr(float(k)))
+    if level.denominator > _MAX_LEVEL_DENOMINATOR:
+        level = level.limit_denominator(_MAX_LEVEL_DENOMINATOR)
+    return level.numerator, level.denominator
+
+
 def _inverted_cdf(grouped: torch.Tensor, k: float) -> torch.Tensor:
-    """Per row, `inf{x : F(x) >= k}` of the row's non-NaN values: the `ceil(k * n)`-th smallest (NaN for none)."""
+    """Per row, `inf{x : F(x) >= k}` of the row's non-NaN values: the `ceil(k * n)`-th smallest (NaN for none).
+
+    The rank is computed in integers, `ceil(p * n / q) = (p * n + q - 1) // q` with `k = p / q` exactly
+    (`_level_fraction`), so a group whose `k * n` is a whole number (n = 25, K = 0.6: the 15th smallest) is never
+    pushed to the next rank by rounding."""
+    p, q = _level_fraction(k)
     ordered = torch.sort(grouped, dim=1).values  # NaN sort last
     n = (~torch.isnan(grouped)).sum(dim=1)
-    rank = torch.ceil(k * n.float() - _CEIL_TOL).long().clamp(min=1)
+    rank = torch.div(n * p + (q - 1), q, rounding_mode="floor").clamp(min=1)
     index = (torch.minimum(rank, n.clamp(min=1)) - 1).unsqueeze(1)
     return ordered.gather(1, index).squeeze(1)
 
@@ -95,10 +113,14 @@ def quantile_advantages(rewards: torch.Tensor, num_generations: int, k: float = 
     rewards it is 0 while the share of correct completions is at most `1 - K` (only correct completions get a
     non-zero advantage) and 1 above it (only wrong ones do), so most completions get exactly 0. `"linear"`
     interpolates between order statistics as `torch.quantile` does (the authors' code); the two agree for every
-    binary group when `K * (G - 1)` is an integer (e.g. K = 0.4, G = 16, the paper's runs).
+    binary group when `K * (G - 1)` is an integer (e.g. K = 0.4 and G = 16, the group size of verl's DAPO recipe that
+    the authors' runs start from). The rank `ceil(K * n)` is exact for every group size n (K read as the decimal it
+    is written as, `_level_fraction`).
 
     `scale` follows TRL's `scale_rewards`: "group" (the group's Bessel std, as GRPO), "batch" (the whole batch's)
-    or "none" (no division). NaN rewards take no part in the quantile or std and get 0.
+    or "none" (no division). NaN rewards take no part in the quantile or std and get 0. A group with one scored
+    completion gets 0 (its quantile is its own reward), whatever `scale`; verl's advantage code, which the authors'
+    runs use, gives a group of one its reward instead (mean 0, std 1 there).
     """
     if method not in QAE_QUANTILE_METHODS:
         raise ValueError(f"method is {method!r}; choose one of {', '.join(QAE_QUANTILE_METHODS)}")
