@@ -44,6 +44,16 @@ def test_maxrl_default_eps_gives_the_authors_code_numbers():
     assert_close(adv8, t([6.999944] + [-0.999992] * 7), rtol=0, atol=1e-6)
 
 
+def test_maxrl_one_sample_group_gets_zero():
+    # G = 1: each row is its own group, r_hat = r, so r - r_hat = 0 (correct) and r_hat = 0 (wrong): 0 either way.
+    # The authors' code gives a group of one r / 1e-6 (1,000,000 for a correct one); docs/methods.md says why not.
+    assert estimators.maxrl_advantages(t([1, 0, 1]).bool(), 1).tolist() == [0.0, 0.0, 0.0]
+    # A group of 4 left with one scored completion: the same, and the mixed group beside it keeps 3, -1.
+    valid = t([1, 0, 0, 0, 1, 1, 1, 1]).bool()
+    adv = estimators.maxrl_advantages(t([1, 0, 0, 0, 1, 0, 0, 0]).bool(), 4, valid=valid, eps=0.0)
+    assert adv.tolist() == [0.0, 0.0, 0.0, 0.0, 3.0, -1.0, -1.0, -1.0]
+
+
 def test_maxrl_leaves_unscored_rows_out_of_the_mean():
     # [1, NaN, 0, 0]: r_hat over the 3 scored rows = 1/3 -> correct 2, wrong -1; the unscored row 0.
     valid = t([1, 0, 1, 1]).bool()
@@ -201,6 +211,23 @@ def test_outcome_ucb_bonus_hand_worked():
     mean = (1 / math.sqrt(5) + 2) / 3
     assert_close(bonuses.outcome_ucb_bonus(counts, has, 4, baseline="mean"),
                  t([1 / math.sqrt(5) - mean, 1 - mean, 1 - mean, 0.0]))
+    # Leave-one-out: each minus the mean of the group's other answered rows: 0.447214 - 1, 1 - 0.723607 (twice).
+    other = (1 / math.sqrt(5) + 1) / 2
+    assert_close(bonuses.outcome_ucb_bonus(counts, has, 4, baseline="mean_loo"),
+                 t([1 / math.sqrt(5) - 1, 1 - other, 1 - other, 0.0]))
+
+
+def test_outcome_ucb_mean_over_the_batch_or_leave_one_out():
+    # Two groups of 2. Counts 1, 4 | 0, none: bonuses 1, 0.5 | 1, -. Group means 0.75 | 1; the batch's mean over the
+    # three answered rows 2.5 / 3; leave-one-out 0.5, 1 | the lone answered row of the second group gets 0.
+    counts, has = t([1, 4, 0, 0]), t([1, 1, 1, 0]).bool()
+    assert bonuses.outcome_ucb_bonus(counts, has, 2, baseline="mean").tolist() == [0.25, -0.25, 0.0, 0.0]
+    assert_close(bonuses.outcome_ucb_bonus(counts, has, 2, baseline="mean_batch"),
+                 t([1 - 2.5 / 3, 0.5 - 2.5 / 3, 1 - 2.5 / 3, 0.0]))
+    assert bonuses.outcome_ucb_bonus(counts, has, 2, baseline="mean_loo").tolist() == [0.5, -0.5, 0.0, 0.0]
+    with pytest.raises(ValueError, match="baseline is 'median'; choose one of none, constant, mean, mean_batch, "
+                                         "mean_loo"):
+        bonuses.outcome_ucb_bonus(counts, has, 2, baseline="median")
 
 
 def test_outcome_batch_penalty_hand_worked():

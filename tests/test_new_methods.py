@@ -199,7 +199,7 @@ def test_a_method_that_acts_is_quiet(method, ckpt, tmp_path):
     ("qae", {"qae_k": 1.5}, r"qae_k is 1.5 but must lie in \(0, 1\)"),
     ("entropy_adv", {"entropy_adv_kappa": 1.0}, "entropy_adv_kappa is 1.0 but must be > 1"),
     ("outcome_explore", {"outcome_ucb_baseline": "max"},
-     "outcome_ucb_baseline must be one of none, constant, mean; got 'max'"),
+     "outcome_ucb_baseline must be one of none, constant, mean, mean_batch, mean_loo; got 'max'"),
     ("maxrl", {"multi_objective_aggregation": "normalize_then_sum"},
      "multi_objective_aggregation is 'normalize_then_sum' but method maxrl recomputes advantages"),
 ])

@@ -40,16 +40,22 @@ def _valid_rows(correct: torch.Tensor, valid: torch.Tensor | None) -> tuple[torc
 
 def maxrl_advantages(correct: torch.Tensor, num_generations: int, valid: torch.Tensor | None = None,
                      eps: float = 1e-6) -> torch.Tensor:
-    """MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", Algorithm 1 and Eq. 10; App. F).
+    """MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", Eq. 11 and Algorithm 1).
 
     With binary rewards `r` (`correct`), each completion's advantage is its reward minus the group's mean reward
-    `r_hat`, divided by that mean: `A = (r - r_hat) / (r_hat + eps)`. A correct completion gets `G/K - 1` and a
-    wrong one `-1` (K correct among G), so the update is an unbiased estimate of the gradient of the truncated
-    maximum-likelihood objective `sum_{k<=G} (1/k) grad pass@k` (Thm. 2), not of pass@1 as GRPO's.
+    `r_hat`, divided by that mean: `A = (r - r_hat) / (r_hat + eps)` (Eq. 11, the estimator of Eq. 10 with the group
+    mean as control variate). A correct completion gets `G/K - 1` and a wrong one `-1` (K correct among G).
 
-    A group without a correct completion (`r_hat = 0`) gets 0, as Algorithm 1 states ("we drop both terms when
-    K = 0"); so does an all-correct group (every `r - r_hat` is 0). `eps` is the authors' code's 1e-6 (App. F);
-    `eps=0` is Algorithm 1 exactly. Rows with `valid` False are left out of `r_hat` and get 0.
+    The update `sum_j A_j grad log pi(o_j)` is then an unbiased estimate of the gradient of the truncated
+    maximum-likelihood objective `sum_{k<=G} (1/k) grad pass@k` (Thm. 2), not of pass@1 as GRPO's, under two
+    conditions this function cannot see: the samples come from the policy being differentiated (one update per
+    rollout), and the loss weights every completion of a prompt alike (a token sum, or one normaliser for the batch;
+    not a per-completion length mean). The trainer warns when its settings break either.
+
+    A group without a correct completion (`r_hat = 0`) gets 0, as Algorithm 1 gives (the text around Eq. 11 says
+    both terms are dropped when K = 0); so does an all-correct group (every `r - r_hat` is 0), and a group with one
+    scored completion (its `r - r_hat` is 0; the authors' code gives a group of one `r / eps`). `eps` is the authors'
+    code's 1e-6; `eps=0` is Algorithm 1 exactly. Rows with `valid` False are left out of `r_hat` and get 0.
     """
     c, v = _valid_rows(correct, valid)
     n_groups = check_groups(c.shape[0], num_generations)
@@ -63,7 +69,8 @@ def maxrl_advantages(correct: torch.Tensor, num_generations: int, valid: torch.T
 def weighted_reinforce_advantages(correct: torch.Tensor, valid: torch.Tensor | None = None,
                                   positive_weight: float = 0.1, mode: str = "weighted") -> torch.Tensor:
     """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM
-    Reasoning", Sec. 5; the objective `lambda * L_PSR + L_NSR` with rewards +1 / -1 and no baseline).
+    Reasoning", Sec. 5, Eq. 9; the objective `lambda * L_PSR + L_NSR` with rewards +1 / -1 and no baseline, L_PSR
+    and L_NSR as Eq. 3 and 4).
 
     `mode="weighted"` (W-REINFORCE): a correct completion's advantage is `positive_weight` (the paper's lambda =
     0.1), a wrong one's -1. `"psr"` (positive sample reinforcement only): +1 and 0. `"nsr"` (negative sample
