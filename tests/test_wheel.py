@@ -124,7 +124,9 @@ def test_sdist_holds_the_package_and_the_repository_files(dists):
 
 def test_changelog_has_a_section_for_this_version():
     headings = [line for line in (REPO_ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")]
-    assert headings and headings[0].split()[1] == VERSION  # the newest section is the version being built
+    if headings and headings[0] == "## Unreleased":  # Keep a Changelog: changes not yet in a version come first
+        headings = headings[1:]
+    assert headings and headings[0].split()[1] == VERSION  # the newest released section is the version being built
     assert "## 0.1.0 " in "\n".join(headings)
 
 
