@@ -39,12 +39,13 @@ PAPER_VALUES = {
     "pkpo": {"pkpo_k": 4, "pkpo_estimator": "sloo_minus_one", "pkpo_k_final": 1, "pkpo_k_schedule": "step"},
     "unlikely": {"unlikely_beta": 0.25, "unlikely_logp": "mean", "unlikely_rank_among": "group"},
     "maxrl": {"maxrl_eps": 1e-6, "num_generations": 16, "loss_type": "dapo"},  # Table 6, App. F
-    "wreinforce": {"wreinforce_lambda": 0.1, "wreinforce_mode": "weighted", "epsilon": 0.2},
+    "wreinforce": {"wreinforce_lambda": 0.1, "wreinforce_mode": "weighted", "epsilon": 0.2,
+                   "entropy_coef": 1e-4},  # App. C.1: entropy bonus 1e-4, clip 0.2
     "qae": {"qae_k": 0.4, "qae_quantile_method": "inverted_cdf", "num_generations": 16, "epsilon": 0.2,
             "epsilon_high": 0.28},
     "entropy_adv": {"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0, "epsilon": 0.2, "epsilon_high": 0.28},
     "outcome_explore": {"outcome_ucb_coef": 0.2, "outcome_ucb_baseline": "constant", "outcome_ucb_b0": 0.5,
-                        "outcome_batch_coef": 0.2},
+                        "outcome_batch_coef": 0.2},  # the batch penalty's 0.2 is not the paper's: ours, unsourced
 }
 #: These methods ship a 0.5B recipe only (their papers train other models or sizes; no 7B set-up to copy).
 SMALL_ONLY_METHODS = ("passk", "pkpo", "unlikely", "maxrl", "wreinforce", "qae", "entropy_adv", "outcome_explore")

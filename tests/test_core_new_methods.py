@@ -11,6 +11,7 @@ in float32 torch, and are written here as numbers; docs/methods.md says where th
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -41,6 +42,16 @@ def test_maxrl_default_eps_gives_the_authors_code_numbers():
     # G = 8, one correct: 7 and -1 (code: 6.999944, -0.999992).
     adv8 = estimators.maxrl_advantages(t([1] + [0] * 7).bool(), 8)
     assert_close(adv8, t([6.999944] + [-0.999992] * 7), rtol=0, atol=1e-6)
+
+
+def test_maxrl_one_sample_group_gets_zero():
+    # G = 1: each row is its own group, r_hat = r, so r - r_hat = 0 (correct) and r_hat = 0 (wrong): 0 either way.
+    # The authors' code gives a group of one r / 1e-6 (1,000,000 for a correct one); docs/methods.md says why not.
+    assert estimators.maxrl_advantages(t([1, 0, 1]).bool(), 1).tolist() == [0.0, 0.0, 0.0]
+    # A group of 4 left with one scored completion: the same, and the mixed group beside it keeps 3, -1.
+    valid = t([1, 0, 0, 0, 1, 1, 1, 1]).bool()
+    adv = estimators.maxrl_advantages(t([1, 0, 0, 0, 1, 0, 0, 0]).bool(), 4, valid=valid, eps=0.0)
+    assert adv.tolist() == [0.0, 0.0, 0.0, 0.0, 3.0, -1.0, -1.0, -1.0]
 
 
 def test_maxrl_leaves_unscored_rows_out_of_the_mean():
@@ -112,6 +123,50 @@ def test_qae_paper_and_code_agree_where_k_times_g_minus_one_is_whole():
         assert_close(paper, code)
 
 
+def test_qae_rank_is_exact_for_every_group_size_and_level():
+    """Every n <= 128 (a group of 128 with 128 - n unscored rows) and K = 0.001, ..., 0.999: the baseline is the
+    ceil(K n)-th smallest scored reward, ceil taken in exact rational arithmetic. The rewards 1..n make the baseline
+    the rank itself: with scale "none" the row holding 1 gets 1 - rank."""
+    g = 128
+    rows = torch.full((g, g), float("nan"))
+    for n in range(1, g + 1):
+        rows[n - 1, :n] = torch.arange(1, n + 1, dtype=torch.float32)
+    wrong = []
+    for i in range(1, 1000):
+        level = Fraction(i, 1000)
+        exact = [math.ceil(level * n) for n in range(1, g + 1)]
+        adv = estimators.quantile_advantages(rows.reshape(-1), g, k=i / 1000, scale="none").view(g, g)
+        got = (1 - adv[:, 0]).tolist()
+        wrong += [(n, i / 1000, got[n - 1], exact[n - 1]) for n in range(1, g + 1) if got[n - 1] != exact[n - 1]]
+    assert wrong == []  # a float32 k * n put 17 of these one rank too high, e.g. (25, 0.6), (45, 0.6), (50, 0.3)
+
+
+@pytest.mark.parametrize("n, k, correct", [(25, 0.6, 10), (45, 0.6, 18), (50, 0.3, 35), (100, 0.15, 85)])
+def test_qae_binary_groups_at_the_boundary(n, k, correct):
+    # correct = (1 - K) n exactly: the share of correct completions is 1 - K, so the paper's baseline is 0 (only the
+    # correct completions move, up); one more correct completion and it is 1 (only the wrong ones, down). The group is
+    # padded to 128 with unscored rows, as unscored completions leave n < G in training.
+    def adv(c):
+        r = t([1.0] * c + [0.0] * (n - c) + [float("nan")] * (128 - n))
+        return estimators.quantile_advantages(r, 128, k=k, scale="none")
+
+    at = adv(correct)
+    assert at[:correct].tolist() == [1.0] * correct and at[correct:].tolist() == [0.0] * (128 - correct)
+    above = adv(correct + 1)
+    assert above[:n].tolist() == [0.0] * (correct + 1) + [-1.0] * (n - correct - 1)
+
+
+def test_qae_one_scored_completion_gets_zero():
+    # Its quantile is its own reward: 0 whatever the scale (verl's code gives a group of one its reward, mean 0 and
+    # std 1 there). G = 1 is the same.
+    nan = float("nan")
+    for scale in ("group", "batch", "none"):
+        r = t([1.0, nan, nan, nan, 1.0, 0.0, 0.0, 0.0])
+        adv = estimators.quantile_advantages(r, 4, k=0.4, scale=scale)
+        assert adv[:4].tolist() == [0.0] * 4 and adv[4].item() > 0, scale
+        assert estimators.quantile_advantages(t([1.0, 0.0]), 1, scale=scale).tolist() == [0.0, 0.0]
+
+
 def test_qae_graded_rewards_scale_and_unscored_rows():
     # Rewards [0.2, NaN, 0.8, 0.5]: scored 0.2, 0.5, 0.8; K=0.5 -> ceil(1.5) = 2nd smallest = 0.5; scale none.
     adv = estimators.quantile_advantages(t([0.2, float("nan"), 0.8, 0.5]), 4, k=0.5, scale="none")
@@ -156,6 +211,23 @@ def test_outcome_ucb_bonus_hand_worked():
     mean = (1 / math.sqrt(5) + 2) / 3
     assert_close(bonuses.outcome_ucb_bonus(counts, has, 4, baseline="mean"),
                  t([1 / math.sqrt(5) - mean, 1 - mean, 1 - mean, 0.0]))
+    # Leave-one-out: each minus the mean of the group's other answered rows: 0.447214 - 1, 1 - 0.723607 (twice).
+    other = (1 / math.sqrt(5) + 1) / 2
+    assert_close(bonuses.outcome_ucb_bonus(counts, has, 4, baseline="mean_loo"),
+                 t([1 / math.sqrt(5) - 1, 1 - other, 1 - other, 0.0]))
+
+
+def test_outcome_ucb_mean_over_the_batch_or_leave_one_out():
+    # Two groups of 2. Counts 1, 4 | 0, none: bonuses 1, 0.5 | 1, -. Group means 0.75 | 1; the batch's mean over the
+    # three answered rows 2.5 / 3; leave-one-out 0.5, 1 | the lone answered row of the second group gets 0.
+    counts, has = t([1, 4, 0, 0]), t([1, 1, 1, 0]).bool()
+    assert bonuses.outcome_ucb_bonus(counts, has, 2, baseline="mean").tolist() == [0.25, -0.25, 0.0, 0.0]
+    assert_close(bonuses.outcome_ucb_bonus(counts, has, 2, baseline="mean_batch"),
+                 t([1 - 2.5 / 3, 0.5 - 2.5 / 3, 1 - 2.5 / 3, 0.0]))
+    assert bonuses.outcome_ucb_bonus(counts, has, 2, baseline="mean_loo").tolist() == [0.5, -0.5, 0.0, 0.0]
+    with pytest.raises(ValueError, match="baseline is 'median'; choose one of none, constant, mean, mean_batch, "
+                                         "mean_loo"):
+        bonuses.outcome_ucb_bonus(counts, has, 2, baseline="median")
 
 
 def test_outcome_batch_penalty_hand_worked():

@@ -7,11 +7,13 @@ import types
 
 import pytest
 
+import exploration_trl
 from exploration_trl.eval import EvalError
 from exploration_trl.eval import generation as gen_mod
 from exploration_trl.eval.benchmarks import load_benchmark
 from exploration_trl.eval.generation import Samples, TransformersGenerator, VLLMGenerator
-from exploration_trl.eval.harness import RESULTS_SCHEMA, extract_answer, load_results, run_eval
+from exploration_trl.eval.results import package_versions
+from exploration_trl.eval.harness import RESULTS_SCHEMA, extract_answer, load_results, run_eval, summarize
 from exploration_trl.rewards import get_reward  # noqa: F401  (run_eval grades with it: a broken import fails here)
 
 
@@ -48,6 +50,7 @@ def test_run_eval_end_to_end(toy_dir, tmp_path):
     assert st["resolved_backend"] == "transformers" and st["ks"] == [1, 2, 4]
     for pkg in ("torch", "transformers", "trl", "exploration_trl"):
         assert disk["versions"][pkg]
+    assert disk["versions"] == package_versions() and disk["versions"]["exploration_trl"] == exploration_trl.__version__
     assert disk["benchmark"]["name"] == "countdown3" and disk["benchmark"]["num_problems"] == 3
 
     s = disk["summary"]
@@ -209,12 +212,45 @@ def test_metrics_from_scripted_completions(tmp_path, monkeypatch):
 
 
 def test_extract_answer():
-    assert extract_answer("so \\boxed{\\dfrac{1}{2}}.", "math") == "\\frac{1}{2}"
+    # The text math_accuracy hands math-verify, as written: one value's forms are matched when counting (below).
+    assert extract_answer("so \\boxed{\\dfrac{1}{2}}.", "math") == "\\dfrac{1}{2}"
     assert extract_answer("\\boxed{1,234} and later \\boxed{7}", "math") == "7"
-    assert extract_answer("\\boxed{27.0}", "math") == "27"
+    assert extract_answer("\\boxed{27.0}", "math") == "27.0"
+    assert extract_answer("The answer is 1,234.", "math") == "1234"
     assert extract_answer("no box", "math") is None
     assert extract_answer("<answer> (1 + 2) * 3 </answer>", "countdown") == "(1+2)*3"
     assert extract_answer("def f(): pass", "code") is None
+
+
+def test_math_answers_are_the_ones_the_reward_graded():
+    """One extraction: a completion has an answer to count exactly when the reward read one, and "\\boxed 5" (no
+    braces), which the reward does not read, is neither graded right nor counted."""
+    from exploration_trl.rewards.math import extract_final_answer, math_accuracy
+
+    texts = ["\\boxed 5", "\\fbox{5}", "the answer is: 5", "\\boxed{}", "\\boxed{5} then \\boxed{6", "5"]
+    assert [extract_answer(x, "math") for x in texts] == [None, "5", "5", None, "5", None]
+    assert [extract_answer(x, "math") is None for x in texts] == [extract_final_answer(x) is None for x in texts]
+    assert math_accuracy(texts, answer=["5"] * len(texts)) == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_majority_counts_values_as_the_reward_grades_them():
+    # The reward grades \frac{1}{2}, 0.5 and 1/2 as one value: three votes for it against two for 3. As strings, "3"
+    # would win (2 votes against 1 each) and maj@n would be 0.
+    from exploration_trl.metrics import maj_at_n
+    from exploration_trl.rewards.math import math_accuracy
+
+    texts = ["so \\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "The answer is 1/2.", "\\boxed{3}", "\\boxed{3}"]
+    scores = math_accuracy(texts, answer=["0.5"] * 5)
+    assert scores == [1.0, 1.0, 1.0, 0.0, 0.0]
+    answers = [extract_answer(x, "math") for x in texts]
+    assert answers == ["\\frac{1}{2}", "0.5", "1/2", "3", "3"]
+    row = {"correct": [s > 0 for s in scores], "answers": answers}
+    summary = summarize([row], answer_type="math", diversity=False)
+    assert summary["maj_at_n"] == 1.0 and summary["solution_multiplicity"]["mean"] == 1.0
+    assert maj_at_n([answers], [row["correct"]]) == 0.0
+    # Countdown equations stay strings: "1+2" and "2+1" are two answers.
+    row = {"correct": [False, False, True], "answers": ["1+2", "1+2", "2+1"]}
+    assert summarize([row], answer_type="countdown", diversity=False)["maj_at_n"] == 0.0
 
 
 # ------------------------------------------------------------------------------------------- generation
@@ -363,9 +399,9 @@ def test_gsm8k_grading_and_majority(tmp_path, monkeypatch):
     monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _fixed_texts(lambda p: texts))
     res = run_eval("scripted", "gsm8k", n=5, limit=1, output_dir=tmp_path / "g", semantic=False, progress=False)
     prob = res["problems"][0]
-    assert prob["gold"] == "18" and prob["answers"][0] == "18" and prob["answers"][2] == "18"
-    # math-verify: "answer is" and 18.0 count; the majority answer is 18
-    assert prob["answers"] == ["18", "18", "18", "17", "17"]
+    assert prob["gold"] == "18" and prob["answers"][0] == "18" and prob["answers"][2] == "18.0"
+    # math-verify: "answer is" and 18.0 count; the majority answer is 18 (three votes: 18.0 is 18)
+    assert prob["answers"] == ["18", "18", "18.0", "17", "17"]
     assert prob["c"] == 3 and res["summary"]["maj_at_n"] == 1.0
     assert res["summary"]["solution_multiplicity"]["mean"] == 1.0
 
@@ -376,6 +412,6 @@ def test_math_solution_multiplicity_counts_values_not_strings(tmp_path, monkeypa
     monkeypatch.setattr(gen_mod, "load_generator", lambda *a, **k: _fixed_texts(lambda p: texts))
     res = run_eval("scripted", "gsm8k", n=4, limit=1, output_dir=tmp_path / "m", semantic=False, progress=False)
     prob = res["problems"][0]
-    # two distinct strings among the correct answers ("18.00" is normalised to "18"), one value
-    assert prob["c"] == 3 and prob["answers"] == ["18", "18", "\\frac{36}{2}", "17"]
+    # three distinct strings among the correct answers, one value
+    assert prob["c"] == 3 and prob["answers"] == ["18", "18.00", "\\frac{36}{2}", "17"]
     assert res["summary"]["solution_multiplicity"] == {"mean": 1.0, "mean_solved": 1.0}

@@ -151,6 +151,10 @@ def test_full_model_card_round_trips(full_dir, tmp_path):
         assert f"@misc{{{key}," in body
     assert "arxiv.org/abs/2510.14807" in body and "arxiv.org/abs/2602.05281" in body
     assert re.search(r"- trl: \d", body) and re.search(r"- transformers: \d", body)
+    from exploration_trl.eval.results import package_versions  # one record of versions: results.json's
+
+    listed = body.split("## Framework versions\n", 1)[1].split("\n## ", 1)[0].split()
+    assert " ".join(listed) == " ".join(f"- {k}: {v}" for k, v in package_versions().items())
     assert "](eval_gsm8k/pass_at_k.png)" not in body  # no plot next to the hand-made results
 
 

@@ -162,6 +162,22 @@ def test_maj_at_n_hand_worked():
     assert maj_at_n([["2", "9", "9"]], [[0, 0, 1]]) == 1.0
 
 
+def test_maj_at_n_with_an_equivalence():
+    # Answers an `equivalent` calls equal pool their votes; the class's first member stands for it, ties go to the
+    # class seen first, and the problem is solved when any member of the winning class is correct.
+    same_case = lambda a, b: a.lower() == b.lower()  # noqa: E731
+    assert maj_at_n([["x", "Y", "y", "X", "X"]], [[0, 0, 1, 0, 0]]) == 0.0  # strings: "X" (2) wins, wrong
+    assert maj_at_n([["x", "Y", "y", "X", "X"]], [[0, 0, 1, 0, 0]], equivalent=same_case) == 0.0  # x-class 3 votes
+    assert maj_at_n([["x", "Y", "y", "X", "X"]], [[1, 0, 0, 0, 0]], equivalent=same_case) == 1.0
+    assert maj_at_n([["Y", "x", "y", "X", None]], [[1, 0, 0, 0, 0]], equivalent=same_case) == 1.0  # tie: "Y" first
+    # math-verify's: \frac{1}{2}, 0.5 and 1/2 are one answer with 3 votes against 2 for 3.
+    from exploration_trl.metrics.solutions import math_answers_equivalent
+
+    answers, correct = [["\\frac{1}{2}", "3", "0.5", "3", "1/2"]], [[0, 0, 0, 0, 1]]
+    assert maj_at_n(answers, correct) == 0.0
+    assert maj_at_n(answers, correct, equivalent=math_answers_equivalent) == 1.0
+
+
 def test_maj_at_n_errors():
     with pytest.raises(ValueError):
         maj_at_n([["1"]], [[1], [0]])

@@ -1,6 +1,7 @@
 """The 0.8.0 methods in the trainer: maxrl, wreinforce, qae, entropy_adv and outcome_explore.
 
-* The advantages each one hands TRL's loss are its core function of the batch (read back from `debug_rollout_dir`).
+* The advantages each one hands TRL's loss are its core function of the batch (read back from `debug_rollout_dir`),
+  and, on rewards fixed by row, the numbers worked by hand (a wrong sign or normalisation fails them).
 * outcome_explore's answer counts: the bonus of a batch uses the counts before it, and the counts grow per prompt.
 * entropy_adv changes the loss's advantages for one call only (the rollout's are put back).
 * Each one says so, once, when it does nothing on a step; each one-line config error names the key.
@@ -50,6 +51,24 @@ def half_right(completions, **kwargs):
     return [float(sum(map(ord, c)) % 2) for c in completions]
 
 
+#: Rewards fixed by the row's place in the batch, groups of 4: one right of four, then three right of four.
+PATTERN = (1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0)
+
+
+def pattern_reward(completions, **kwargs):
+    """`PATTERN` by row; the final answers (outcome_explore) are "p", "q", "p" and none in each group of 4."""
+    record_outcomes("pattern_reward", [("p", "q", "p", None)[i % 4] for i in range(len(completions))])
+    return [PATTERN[i % 8] for i in range(len(completions))]
+
+
+#: GRPO's (TRL's) advantages of `PATTERN`: Bessel std 0.5 in both groups, eps 1e-4: 0.75 / 0.5001, 0.25 / 0.5001.
+GRPO_PATTERN = [0.75 / 0.5001] + [-0.25 / 0.5001] * 3 + [0.25 / 0.5001] * 3 + [-0.75 / 0.5001]
+#: MaxRL's, (r - mean) / (mean + 1e-6): group means 1/4 and 3/4.
+MAXRL_PATTERN = [0.75 / 0.250001] + [-0.25 / 0.250001] * 3 + [0.25 / 0.750001] * 3 + [-0.75 / 0.750001]
+#: 1 / (Bessel std 0.5 + 1e-4): QAE's only non-zero magnitude on `PATTERN`.
+QAE_UNIT = 1 / 0.5001
+
+
 # ------------------------------------------------------------------------------- the advantages the loss sees
 @pytest.mark.parametrize("method, options, expected", [
     ("maxrl", {}, lambda r, g: estimators.maxrl_advantages(r > 0, g)),
@@ -67,20 +86,98 @@ def test_advantages_are_the_core_function_of_the_batch(method, options, expected
     assert any((b["final_advantages"] != b["advantages"]).any() for b in batches)  # not GRPO's
 
 
+@pytest.mark.parametrize("method, options, expected", [
+    ("maxrl", {}, MAXRL_PATTERN),  # 2.999988, -0.999996; 0.333333, -0.999999
+    ("wreinforce", {"wreinforce_lambda": 0.3}, [0.3, -1, -1, -1, 0.3, 0.3, 0.3, -1]),
+    ("wreinforce", {"wreinforce_mode": "nsr"}, [0, -1, -1, -1, 0, 0, 0, -1]),
+    ("wreinforce", {"wreinforce_mode": "psr"}, [1, 0, 0, 0, 1, 1, 1, 0]),
+    # K = 0.4: the 2nd smallest of 4, 0 in [1,0,0,0] (only the right one moves, up) and 1 in [1,1,1,0] (only the wrong
+    # one, down); K = 0.8: the 4th smallest, 1 in both.
+    ("qae", {}, [QAE_UNIT, 0, 0, 0, 0, 0, 0, -QAE_UNIT]),
+    ("qae", {"qae_k": 0.8}, [0, -QAE_UNIT, -QAE_UNIT, -QAE_UNIT, 0, 0, 0, -QAE_UNIT]),
+])
+def test_advantages_match_hand_worked_numbers(method, options, expected, ckpt, tmp_path):
+    trainer, batches, _ = run(method, ckpt, tmp_path, reward=pattern_reward, max_steps=2,
+                              per_device_train_batch_size=8, **options)
+    assert len(batches) == 2
+    for b in batches:
+        assert b["rewards"].tolist() == list(PATTERN)
+        assert_close(b["advantages"], torch.tensor(GRPO_PATTERN), rtol=0, atol=1e-5)  # what TRL computed
+        assert_close(b["final_advantages"], torch.tensor(expected, dtype=torch.float32), rtol=0, atol=1e-5)
+
+
 def test_maxrl_differs_from_grpo_where_groups_mix(ckpt, tmp_path):
-    """[1,0,0,0] -> GRPO (std 0.5): 1.5, -0.5; MaxRL: 3, -1. The training run moves away from GRPO's."""
-    trainer, batches, _ = run("maxrl", ckpt, tmp_path, reward=half_right, max_steps=3)
-    ref = train(et.ExplorationGRPOTrainer, et.ExplorationGRPOConfig, ckpt, tmp_path / "grpo", reward=half_right,
-                max_steps=3)
+    """[1,0,0,0] -> GRPO (std 0.5): 1.4997, -0.4999; MaxRL: 2.999988, -0.999996 (twice GRPO's, the sign kept). The
+    training run moves away from GRPO's."""
+    trainer, batches, _ = run("maxrl", ckpt, tmp_path, reward=pattern_reward, max_steps=3,
+                              per_device_train_batch_size=8)
+    for b in batches:
+        assert_close(b["final_advantages"], torch.tensor(MAXRL_PATTERN), rtol=0, atol=1e-5)
+    ref = train(et.ExplorationGRPOTrainer, et.ExplorationGRPOConfig, ckpt, tmp_path / "grpo", reward=pattern_reward,
+                max_steps=3, per_device_train_batch_size=8)
     assert max_param_diff(trainer, ref) > 1e-5
 
 
+def one_scored_reward(completions, **kwargs):
+    """Groups of 4: one correct completion and three unscored (None), then [1, 0, 0, 0]."""
+    return [(1.0, None, None, None, 1.0, 0.0, 0.0, 0.0)[i % 8] for i in range(len(completions))]
+
+
+def test_maxrl_one_scored_completion_gets_zero(ckpt, tmp_path):
+    # A group whose only scored completion is correct: r_hat = 1, r - r_hat = 0 (the authors' code would give a group
+    # of one r / 1e-6 = 1e6). The unscored rows get 0; the mixed group beside it is unchanged.
+    trainer, batches, _ = run("maxrl", ckpt, tmp_path, reward=one_scored_reward, max_steps=2,
+                              per_device_train_batch_size=8)
+    for b in batches:
+        assert_close(b["final_advantages"], torch.tensor([0.0] * 4 + MAXRL_PATTERN[:4]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("options, text", [
+    ({"loss_type": "grpo"}, "maxrl: loss_type 'grpo' divides each completion's loss by its own length"),
+    ({"loss_type": "sapo"}, "maxrl: loss_type 'sapo' divides each completion's loss by its own length"),
+    ({"loss_type": "bnpo", "gradient_accumulation_steps": 2},
+     "maxrl: loss_type 'bnpo' divides each micro-batch's loss by that micro-batch's own token count"),
+    ({"steps_per_generation": 2}, "maxrl: each rollout feeds 2 optimizer updates"),
+    ({"num_iterations": 3}, "maxrl: each rollout feeds 3 optimizer updates"),
+])
+def test_maxrl_warns_once_where_the_paper_s_unbiasedness_does_not_hold(options, text, ckpt, tmp_path):
+    _, _, messages = run("maxrl", ckpt, tmp_path, reward=pattern_reward, max_steps=2, **options)
+    assert sum(text in m for m in messages) == 1, messages
+    assert sum(m.startswith("maxrl: ") for m in messages) == 1, messages  # that one only
+
+
+@pytest.mark.parametrize("options", [{}, {"loss_type": "dr_grpo"}, {"loss_type": "bnpo"},
+                                     {"gradient_accumulation_steps": 2}])
+def test_maxrl_is_quiet_on_policy_with_equal_weights(options, ckpt, tmp_path):
+    # dapo (the default), dr_grpo; bnpo over a single micro-batch per step; accumulation alone is still one update.
+    _, _, messages = run("maxrl", ckpt, tmp_path, reward=pattern_reward, max_steps=2, **options)
+    assert not [m for m in messages if m.startswith("maxrl: ")], messages
+
+
+def boundary_reward(completions, **kwargs):
+    """Groups of 32: 10 correct, 15 wrong, 7 unscored (None), so 25 scored rewards."""
+    return [1.0 if i % 32 < 10 else (0.0 if i % 32 < 25 else None) for i in range(len(completions))]
+
+
+def test_qae_boundary_group(ckpt, tmp_path):
+    # n = 25 scored, K = 0.6: ceil(15) = the 15th smallest = 0 (15 wrong), so the 10 correct completions get
+    # 1 / (std + 1e-4) with std = sqrt(25/24 * 0.24) = 0.5 and the wrong ones 0. A float32 rank (0.6 * 25 > 15) took
+    # the 16th, 1: the correct ones 0 and the wrong ones -2.
+    trainer, batches, _ = run("qae", ckpt, tmp_path, reward=boundary_reward, max_steps=1,
+                              per_device_train_batch_size=32, num_generations=32, qae_k=0.6)
+    (b,) = batches
+    assert_close(b["final_advantages"], torch.tensor([QAE_UNIT] * 10 + [0.0] * 22), rtol=0, atol=1e-5)
+
+
 def test_qae_logs_the_share_of_zero_advantages(ckpt, tmp_path):
-    trainer, batches, _ = run("qae", ckpt, tmp_path, reward=half_right, max_steps=3)
-    logged = [e["qae/zero_adv_frac"] for e in trainer.state.log_history if "qae/zero_adv_frac" in e]
-    measured = [float((b["final_advantages"] == 0).float().mean()) for b in batches]
-    assert_close(torch.tensor(logged), torch.tensor(measured))
-    assert max(measured) > 0.3  # most completions get no update on binary rewards (the paper: ~80%)
+    # On PATTERN (K = 0.4) three of each group of four get 0 (see test_advantages_match_hand_worked_numbers): 6 of 8,
+    # and one of 8 is positive.
+    trainer, batches, _ = run("qae", ckpt, tmp_path, reward=pattern_reward, max_steps=3,
+                              per_device_train_batch_size=8)
+    logs = [e for e in trainer.state.log_history if "qae/zero_adv_frac" in e]
+    assert [e["qae/zero_adv_frac"] for e in logs] == [0.75] * 3
+    assert [e["qae/positive_adv_frac"] for e in logs] == [0.125] * 3
+    assert [float((b["final_advantages"] == 0).float().mean()) for b in batches] == [0.75] * 3
 
 
 # ----------------------------------------------------------------------------------------- outcome_explore
@@ -199,7 +296,7 @@ def test_a_method_that_acts_is_quiet(method, ckpt, tmp_path):
     ("qae", {"qae_k": 1.5}, r"qae_k is 1.5 but must lie in \(0, 1\)"),
     ("entropy_adv", {"entropy_adv_kappa": 1.0}, "entropy_adv_kappa is 1.0 but must be > 1"),
     ("outcome_explore", {"outcome_ucb_baseline": "max"},
-     "outcome_ucb_baseline must be one of none, constant, mean; got 'max'"),
+     "outcome_ucb_baseline must be one of none, constant, mean, mean_batch, mean_loo; got 'max'"),
     ("maxrl", {"multi_objective_aggregation": "normalize_then_sum"},
      "multi_objective_aggregation is 'normalize_then_sum' but method maxrl recomputes advantages"),
 ])
@@ -210,11 +307,29 @@ def test_config_errors_name_the_key(method, options, text):
 
 
 # --------------------------------------------------------------------------------------------- composition
-@pytest.mark.parametrize("method", ["maxrl+casp", "qae+entropy_adv", "outcome_explore+kl_cov", "wreinforce+clip_cov"])
+#: Each composition's advantages on `PATTERN` (the advantage side's, worked by hand) and a metric of the loss side that
+#: is positive only when it acted. outcome_explore: every answer new (UCB-Con 0.2 * (1 - 0.5)), "p" twice in each
+#: group (penalty 0.2 * -1/4): bonus 0.05, 0.1, 0.05, 0 on GRPO's advantages.
+COMPOSITIONS = {
+    "maxrl+casp": (MAXRL_PATTERN, "casp/forking_frac", {}),
+    "qae+entropy_adv": ([QAE_UNIT, 0, 0, 0, 0, 0, 0, -QAE_UNIT], "entropy_adv/term_mean", {}),
+    "outcome_explore+kl_cov": ([a + d for a, d in zip(GRPO_PATTERN, [0.05, 0.1, 0.05, 0.0] * 2)],
+                               "kl_cov/selected_tokens", {}),
+    "wreinforce+clip_cov": ([0.1, -1, -1, -1, 0.1, 0.1, 0.1, -1], "clip_cov/selected_tokens",
+                            {"clip_cov_ratio": 0.2, "clip_cov_lb": -1e9}),
+}
+
+
+@pytest.mark.parametrize("method", list(COMPOSITIONS))
 def test_composes_with_the_other_side(method, ckpt, tmp_path):
     adv, loss = method.split("+")
-    trainer, batches, _ = run(method, ckpt, tmp_path, reward=half_right if adv != "outcome_explore" else letter_reward,
-                              max_steps=2, steps_per_generation=2)
-    logged = {k for e in trainer.state.log_history for k in e}
-    assert any(k.startswith(f"{adv}/") for k in logged) and any(k.startswith(f"{loss}/") for k in logged)
+    expected, acted, options = COMPOSITIONS[method]
+    kwargs = dict(reward=pattern_reward, max_steps=2, steps_per_generation=2, per_device_train_batch_size=8)
+    trainer, batches, _ = run(method, ckpt, tmp_path, **kwargs, **options)
     assert type(trainer).__name__ == trainer_name(method)
+    (b,) = batches  # one rollout of 16 rows (2 updates), the pattern twice
+    assert_close(b["final_advantages"], torch.tensor(expected * 2, dtype=torch.float32), rtol=0, atol=1e-5)
+    assert max(e.get(acted, 0.0) for e in trainer.state.log_history) > 0, acted
+    # The loss side changed the update: the advantage side alone ends elsewhere.
+    alone, _, _ = run(adv, ckpt, tmp_path / "alone", **kwargs)
+    assert max_param_diff(trainer, alone) > 1e-6

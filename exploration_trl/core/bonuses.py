@@ -18,9 +18,10 @@ __all__ = [
     "outcome_batch_penalty",
 ]
 
-#: `outcome_ucb_bonus` baselines: none (the paper's "UCB"), a constant `b0` ("UCB-Con") or the group's mean bonus
-#: ("UCB-Mean").
-OUTCOME_UCB_BASELINES = ("none", "constant", "mean")
+#: `outcome_ucb_bonus` baselines: none (the paper's "UCB"), a constant `b0` ("UCB-Con") or a mean bonus ("UCB-Mean")
+#: over the completion's group ("mean"), the whole batch ("mean_batch") or the group's other completions
+#: ("mean_loo", leave-one-out). Which mean UCB-Mean takes is not pinned down by the paper: the group's is our choice.
+OUTCOME_UCB_BASELINES = ("none", "constant", "mean", "mean_batch", "mean_loo")
 
 
 def entropy_shaped_advantages(advantages: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor,
@@ -49,7 +50,10 @@ def outcome_ucb_bonus(counts: torch.Tensor, has_answer: torch.Tensor, num_genera
 
     `baseline`: "none" (UCB) adds `b`; "constant" (UCB-Con, the paper's best historical variant) adds `b - b0`, so
     answers seen more than `1 / b0^2` times are pushed down; "mean" (UCB-Mean) subtracts the mean bonus of the
-    completion's group (over its rows with an answer). Rows without an answer (`has_answer` False) get 0.
+    completion's group (over its rows with an answer). The paper leaves open which mean; two other readings are
+    options: "mean_batch" subtracts the mean over every answered row of the batch, "mean_loo" the mean over the
+    other answered rows of the completion's group (leave-one-out; a group's only answered row gets 0, as with
+    "mean"). Rows without an answer (`has_answer` False) get 0 and take no part in any mean.
     """
     if baseline not in OUTCOME_UCB_BASELINES:
         raise ValueError(f"baseline is {baseline!r}; choose one of {', '.join(OUTCOME_UCB_BASELINES)}")
@@ -58,11 +62,18 @@ def outcome_ucb_bonus(counts: torch.Tensor, has_answer: torch.Tensor, num_genera
     b = torch.where(n > 0, n.clamp(min=1.0).rsqrt(), torch.ones_like(n)).clamp(max=1.0)
     if baseline == "constant":
         b = b - b0
-    elif baseline == "mean":
+    elif baseline == "mean_batch":
+        answered_b = torch.where(has, b, torch.zeros_like(b))
+        b = answered_b - answered_b.sum() / has.float().sum().clamp(min=1.0)
+    elif baseline in ("mean", "mean_loo"):
         n_groups = check_groups(n.shape[0], num_generations)
         grouped = torch.where(has, b, torch.zeros_like(b)).view(n_groups, num_generations)
         answered = has.view(n_groups, num_generations).float().sum(dim=1, keepdim=True)
-        mean = grouped.sum(dim=1, keepdim=True) / answered.clamp(min=1.0)
+        if baseline == "mean":
+            mean = grouped.sum(dim=1, keepdim=True) / answered.clamp(min=1.0)
+        else:  # the other answered rows of the group; none: the row's own bonus, so it gets 0
+            others = (grouped.sum(dim=1, keepdim=True) - grouped) / (answered - 1.0).clamp(min=1.0)
+            mean = torch.where(answered > 1.0, others, grouped)
         b = (grouped - mean).reshape(-1)
     return torch.where(has, b, torch.zeros_like(b))
 

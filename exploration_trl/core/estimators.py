@@ -8,6 +8,8 @@ part in their group's statistics. Nothing here reads the device on the host.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import torch
 
 from ._utils import check_groups, flat_rows, nanstd, to_f32
@@ -26,8 +28,8 @@ WREINFORCE_MODES = ("weighted", "psr", "nsr")
 #: interpolation between order statistics (`torch.quantile`'s default, which the authors' code calls).
 QAE_QUANTILE_METHODS = ("inverted_cdf", "linear")
 
-# ceil(k * n) with k * n an integer in exact arithmetic but not in floating point (0.4 * 5 = 2.0000000000000004).
-_CEIL_TOL = 1e-9
+#: Largest denominator of the quantile level K as a fraction (`_level_fraction`): keeps `K * n` exact in int64.
+_MAX_LEVEL_DENOMINATOR = 10**9
 
 
 def _valid_rows(correct: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,16 +40,22 @@ def _valid_rows(correct: torch.Tensor, valid: torch.Tensor | None) -> tuple[torc
 
 def maxrl_advantages(correct: torch.Tensor, num_generations: int, valid: torch.Tensor | None = None,
                      eps: float = 1e-6) -> torch.Tensor:
-    """MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", Algorithm 1 and Eq. 10; App. F).
+    """MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", Eq. 11 and Algorithm 1).
 
     With binary rewards `r` (`correct`), each completion's advantage is its reward minus the group's mean reward
-    `r_hat`, divided by that mean: `A = (r - r_hat) / (r_hat + eps)`. A correct completion gets `G/K - 1` and a
-    wrong one `-1` (K correct among G), so the update is an unbiased estimate of the gradient of the truncated
-    maximum-likelihood objective `sum_{k<=G} (1/k) grad pass@k` (Thm. 2), not of pass@1 as GRPO's.
+    `r_hat`, divided by that mean: `A = (r - r_hat) / (r_hat + eps)` (Eq. 11, the estimator of Eq. 10 with the group
+    mean as control variate). A correct completion gets `G/K - 1` and a wrong one `-1` (K correct among G).
 
-    A group without a correct completion (`r_hat = 0`) gets 0, as Algorithm 1 states ("we drop both terms when
-    K = 0"); so does an all-correct group (every `r - r_hat` is 0). `eps` is the authors' code's 1e-6 (App. F);
-    `eps=0` is Algorithm 1 exactly. Rows with `valid` False are left out of `r_hat` and get 0.
+    The update `sum_j A_j grad log pi(o_j)` is then an unbiased estimate of the gradient of the truncated
+    maximum-likelihood objective `sum_{k<=G} (1/k) grad pass@k` (Thm. 2), not of pass@1 as GRPO's, under two
+    conditions this function cannot see: the samples come from the policy being differentiated (one update per
+    rollout), and the loss weights every completion of a prompt alike (a token sum, or one normaliser for the batch;
+    not a per-completion length mean). The trainer warns when its settings break either.
+
+    A group without a correct completion (`r_hat = 0`) gets 0, as Algorithm 1 gives (the text around Eq. 11 says
+    both terms are dropped when K = 0); so does an all-correct group (every `r - r_hat` is 0), and a group with one
+    scored completion (its `r - r_hat` is 0; the authors' code gives a group of one `r / eps`). `eps` is the authors'
+    code's 1e-6; `eps=0` is Algorithm 1 exactly. Rows with `valid` False are left out of `r_hat` and get 0.
     """
     c, v = _valid_rows(correct, valid)
     n_groups = check_groups(c.shape[0], num_generations)
@@ -61,7 +69,8 @@ def maxrl_advantages(correct: torch.Tensor, num_generations: int, valid: torch.T
 def weighted_reinforce_advantages(correct: torch.Tensor, valid: torch.Tensor | None = None,
                                   positive_weight: float = 0.1, mode: str = "weighted") -> torch.Tensor:
     """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM
-    Reasoning", Sec. 5; the objective `lambda * L_PSR + L_NSR` with rewards +1 / -1 and no baseline).
+    Reasoning", Sec. 5, Eq. 9; the objective `lambda * L_PSR + L_NSR` with rewards +1 / -1 and no baseline, L_PSR
+    and L_NSR as Eq. 3 and 4).
 
     `mode="weighted"` (W-REINFORCE): a correct completion's advantage is `positive_weight` (the paper's lambda =
     0.1), a wrong one's -1. `"psr"` (positive sample reinforcement only): +1 and 0. `"nsr"` (negative sample
@@ -77,11 +86,27 @@ def weighted_reinforce_advantages(correct: torch.Tensor, valid: torch.Tensor | N
     return c.float() * pos + wrong.float() * neg
 
 
+def _level_fraction(k: float) -> tuple[int, int]:
+    """`(p, q)` with `p / q` the quantile level K as written: the shortest decimal that gives the float (`repr`), so
+    0.6 is 3/5 and not the binary float just below it, in lowest terms (a denominator above 1e9, K with more than nine
+    decimals, is rounded to the nearest fraction with one of at most 1e9). Host arithmetic on a Python float, once per
+    call; nothing is read from the device."""
+    level = Fraction(repr(float(k)))
+    if level.denominator > _MAX_LEVEL_DENOMINATOR:
+        level = level.limit_denominator(_MAX_LEVEL_DENOMINATOR)
+    return level.numerator, level.denominator
+
+
 def _inverted_cdf(grouped: torch.Tensor, k: float) -> torch.Tensor:
-    """Per row, `inf{x : F(x) >= k}` of the row's non-NaN values: the `ceil(k * n)`-th smallest (NaN for none)."""
+    """Per row, `inf{x : F(x) >= k}` of the row's non-NaN values: the `ceil(k * n)`-th smallest (NaN for none).
+
+    The rank is computed in integers, `ceil(p * n / q) = (p * n + q - 1) // q` with `k = p / q` exactly
+    (`_level_fraction`), so a group whose `k * n` is a whole number (n = 25, K = 0.6: the 15th smallest) is never
+    pushed to the next rank by rounding."""
+    p, q = _level_fraction(k)
     ordered = torch.sort(grouped, dim=1).values  # NaN sort last
     n = (~torch.isnan(grouped)).sum(dim=1)
-    rank = torch.ceil(k * n.float() - _CEIL_TOL).long().clamp(min=1)
+    rank = torch.div(n * p + (q - 1), q, rounding_mode="floor").clamp(min=1)
     index = (torch.minimum(rank, n.clamp(min=1)) - 1).unsqueeze(1)
     return ordered.gather(1, index).squeeze(1)
 
@@ -95,10 +120,14 @@ def quantile_advantages(rewards: torch.Tensor, num_generations: int, k: float = 
     rewards it is 0 while the share of correct completions is at most `1 - K` (only correct completions get a
     non-zero advantage) and 1 above it (only wrong ones do), so most completions get exactly 0. `"linear"`
     interpolates between order statistics as `torch.quantile` does (the authors' code); the two agree for every
-    binary group when `K * (G - 1)` is an integer (e.g. K = 0.4, G = 16, the paper's runs).
+    binary group when `K * (G - 1)` is an integer (e.g. K = 0.4 and G = 16, the group size of verl's DAPO recipe that
+    the authors' runs start from). The rank `ceil(K * n)` is exact for every group size n (K read as the decimal it
+    is written as, `_level_fraction`).
 
     `scale` follows TRL's `scale_rewards`: "group" (the group's Bessel std, as GRPO), "batch" (the whole batch's)
-    or "none" (no division). NaN rewards take no part in the quantile or std and get 0.
+    or "none" (no division). NaN rewards take no part in the quantile or std and get 0. A group with one scored
+    completion gets 0 (its quantile is its own reward), whatever `scale`; verl's advantage code, which the authors'
+    runs use, gives a group of one its reward instead (mean 0, std 1 there).
     """
     if method not in QAE_QUANTILE_METHODS:
         raise ValueError(f"method is {method!r}; choose one of {', '.join(QAE_QUANTILE_METHODS)}")

@@ -33,7 +33,14 @@ from typing import Any
 from exploration_trl.eval import EvalError
 from exploration_trl.eval.benchmarks import Benchmark, load_benchmark
 from exploration_trl.eval.generation import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, derive_seed
-from exploration_trl.eval.results import RESULTS_FILE, clean_json, json_default, load_results, write_json_atomic
+from exploration_trl.eval.results import (
+    RESULTS_FILE,
+    clean_json,
+    json_default,
+    load_results,
+    package_versions,
+    write_json_atomic,
+)
 from exploration_trl.rewards._base import DEFAULT_CORRECT_THRESHOLD, is_correct
 
 __all__ = [
@@ -59,70 +66,26 @@ CORRECT_REWARD_THRESHOLD = DEFAULT_CORRECT_THRESHOLD
 
 
 # --------------------------------------------------------------------------------------------- answers
-def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), with nested braces."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    i = text.find("{", start)
-    if i < 0:
-        m = re.match(r"\\boxed\s+([^\s$]+)", text[start:])  # "\boxed 5"
-        return m.group(1) if m else None
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
-    return None
-
-
-def _normalize_math(ans: str) -> str:
-    s = ans.strip()
-    s = re.sub(r"\\text\{\s*([^{}]*)\}", r"\1", s)
-    for a, b in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\dfrac", "\\frac"),
-                 ("\\tfrac", "\\frac"), ("^\\circ", ""), ("^{\\circ}", ""), ("\\%", ""), ("$", "")):
-        s = s.replace(a, b)
-    s = re.sub(r"\s+", "", s).rstrip(".")
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):  # thousands separators
-        s = s.replace(",", "")
-    if re.fullmatch(r"-?\d+\.0+", s):
-        s = s.split(".")[0]
-    return s
-
-
 def extract_answer(text: str, answer_type: str) -> str | None:
-    """The (normalised) final answer of a completion, for maj@n and solution multiplicity.
+    """The final answer of a completion as the benchmark's reward reads it, for maj@n and solution multiplicity: one
+    extraction, so what is counted is what was graded.
 
-    ``math``: last ``\\boxed{}`` (else the math reward's "the answer is ..." fallback), lightly normalised
-    (``\\left``/``\\right``, ``\\dfrac``, spaces, thousands separators, ``27.0`` -> ``27``); ``countdown``: the
-    equation the countdown reward reads (last ``<answer>...</answer>``) without whitespace; ``code``: ``None``.
+    ``math``: :func:`exploration_trl.rewards.math.stated_answer`, the text ``math_accuracy`` hands math-verify (the
+    last ``\\boxed{}``'s content, else the rest of the line after the last "answer is"), as written: forms of one
+    value (``\\frac{1}{2}``, ``0.5``, ``1/2``) are counted as one answer by math-verify in :func:`summarize`.
+    ``countdown``: the equation the countdown reward reads (last ``<answer>...</answer>``) without whitespace or a
+    trailing ``= target``; ``code``: ``None``.
     """
     if not isinstance(text, str):
         return None
     if answer_type == "math":
-        box = _last_boxed(text)
-        if box is None:
-            try:  # the reward's own extraction ("... the answer is 42"), so maj@n sees what was graded
-                from exploration_trl.rewards.math import extract_final_answer
+        from exploration_trl.rewards.math import stated_answer
 
-                found = extract_final_answer(text)
-            except ImportError:
-                found = None
-            if found is None:
-                return None
-            box = found[1][0]
-        return _normalize_math(box) or None
+        return stated_answer(text)
     if answer_type == "countdown":
-        try:
-            from exploration_trl.rewards.countdown import extract_equation
+        from exploration_trl.rewards.countdown import extract_equation
 
-            eq = extract_equation(text)
-        except ImportError:
-            tags = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
-            eq = tags[-1] if tags else None
+        eq = extract_equation(text)
         if eq is None:
             return None
         eq = re.sub(r"\s+", "", eq).split("=")[0]
@@ -131,24 +94,6 @@ def extract_answer(text: str, answer_type: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------- files
-def package_versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    import exploration_trl
-
-    out: dict[str, str | None] = {"exploration_trl": exploration_trl.__version__}
-    for pkg in ("torch", "transformers", "trl", "peft", "vllm"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            if pkg != "vllm":
-                out[pkg] = None
-    import platform
-
-    out["python"] = platform.python_version()
-    return out
-
-
 def _read_samples(path: Path) -> list[dict]:
     """Finished problems from ``samples.jsonl``; a partial last line (crash mid-write) is cut off."""
     if not path.exists():
@@ -274,7 +219,11 @@ def summarize(
     }
     has_answers = answer_type != "code" and any(a is not None for r in rows for a in r.get("answers") or [])
     answers = [list(r.get("answers") or [None] * len(r["correct"])) for r in rows]
-    summary["maj_at_n"] = maj_at_n(answers, correct) if answer_type != "code" else None
+    # Math answers count once per value up to math-verify equivalence ("1/2", "\\frac{1}{2}", "0.5"), as the reward
+    # grades them: for the majority vote, and for the distinct solutions of DS-GRPO Eq. 2. Countdown equations are
+    # distinct as strings.
+    same = math_answers_equivalent if answer_type == "math" else None
+    summary["maj_at_n"] = maj_at_n(answers, correct, equivalent=same) if answer_type != "code" else None
     summary["token_entropy"] = _weighted_entropy(rows)
     summary["token_entropy_correct"] = _weighted_entropy(rows, True)
     summary["token_entropy_wrong"] = _weighted_entropy(rows, False)
@@ -282,9 +231,6 @@ def summarize(
     summary["mean_completion_tokens"] = _mean(tokens)
     reasons = [f for r in rows for f in (r.get("finish_reasons") or [])]
     summary["truncated_fraction"] = (sum(f == "length" for f in reasons) / len(reasons)) if reasons else None
-    # Math answers count once per value up to math-verify equivalence ("1/2", "\\frac{1}{2}", "0.5"), as DS-GRPO Eq. 2
-    # counts distinct solutions; countdown equations are distinct as strings.
-    same = math_answers_equivalent if answer_type == "math" else None
     summary["solution_multiplicity"] = (
         {
             "mean": mean_solution_multiplicity(answers, correct, equivalent=same),

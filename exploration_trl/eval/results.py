@@ -1,4 +1,5 @@
-"""The files an evaluation leaves behind: strict-JSON atomic writes and a validated ``results.json`` reader.
+"""The files an evaluation leaves behind: strict-JSON atomic writes, a validated ``results.json`` reader and the
+framework versions it records (which a model card lists too).
 
 Kept apart from the harness so that readers of results (plots, comparisons, model cards) need not import it.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import platform
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +21,32 @@ __all__ = [
     "clean_json",
     "json_default",
     "load_results",
+    "package_versions",
     "read_results_json",
     "write_atomic",
     "write_json_atomic",
 ]
 
 RESULTS_FILE = "results.json"
+#: The frameworks whose versions `package_versions` records (those installed), then Python's.
+VERSION_PACKAGES = ("exploration_trl", "torch", "transformers", "trl", "peft", "datasets", "accelerate",
+                    "huggingface_hub", "vllm")
+
+
+def package_versions() -> dict[str, str]:
+    """``{package: version}`` of the installed frameworks of `VERSION_PACKAGES`, then ``python``: the one record of
+    versions, which ``results.json`` stores and a model card lists. ``exploration_trl`` is the version imported (what
+    ran), not the one an installed distribution may declare; a framework that is not installed is left out."""
+    import exploration_trl
+
+    out = {"exploration_trl": exploration_trl.__version__}
+    for pkg in VERSION_PACKAGES[1:]:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    out["python"] = platform.python_version()
+    return out
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

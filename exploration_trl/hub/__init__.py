@@ -5,7 +5,7 @@
   versions, rendered from `templates/model_card.md.j2`. Its parts:
   :mod:`~exploration_trl.hub.card_data` (the YAML header: `base_model`, `library_name`, `tags`, `datasets`,
   `model-index` with pass@k), :mod:`~exploration_trl.hub.eval_results` (pass@k from `results.json` files),
-  :mod:`~exploration_trl.hub.tables` (pass@k, hyperparameter and version tables),
+  :mod:`~exploration_trl.hub.tables` (pass@k and hyperparameter tables; the versions are `eval.results`'s),
   :mod:`~exploration_trl.hub.curves` (`training_curves.png`) and :mod:`~exploration_trl.hub.state` (the inputs
   kept in the card so that a later call updates it).
 * :mod:`~exploration_trl.hub.trainer_card` - `write_trainer_card`: the card a trainer writes from `save_model()`,

@@ -6,7 +6,7 @@ is exactly what `ModelCard.load` reads back. The parts of a card come from:
 
 * :mod:`~exploration_trl.hub.card_data` - the YAML header: metadata and the `model-index`;
 * :mod:`~exploration_trl.hub.eval_results` - pass@k results, from `exploration-trl eval`'s `results.json` files;
-* :mod:`~exploration_trl.hub.tables` - the pass@k, hyperparameter and framework-version tables;
+* :mod:`~exploration_trl.hub.tables` - the pass@k and hyperparameter tables (the versions: `eval.results`);
 * :mod:`~exploration_trl.hub.curves` - `training_curves.png` and the one-line training summary;
 * :mod:`~exploration_trl.hub.state` - the inputs kept in the card, so that a second call updates it in place.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from exploration_trl.eval.model_source import looks_local
-from exploration_trl.eval.results import write_atomic
+from exploration_trl.eval.results import package_versions, write_atomic
 
 from .. import PROJECT_URL
 from ..methods import METHODS, method_infos, shapings, trainer_name
@@ -46,7 +46,7 @@ from .curves import CURVES_FILE, card_curves, plot_training_curves
 from .eval_results import card_results, collect_results, normalize_results
 from .outcome import outcome_notes
 from .state import CARD_FILE, STATE_VERSION, dump_state, kept_notes, load_card_state, state_result
-from .tables import extract_hyperparameters, package_versions, result_table, still_on
+from .tables import extract_hyperparameters, result_table, still_on
 
 __all__ = [
     "CARD_FILE",
@@ -122,9 +122,9 @@ def _training_record(infos: list | None, training_args: Any, state: Mapping) -> 
     when the card was first written. `infos`: the method's records (None: not registered in this process)."""
     if training_args is not None:
         hp = extract_hyperparameters(_need(infos), training_args)
-        return hp, still_on(training_args), package_versions(), trainer_name(_need(infos))
+        return hp, still_on(training_args), list(package_versions().items()), trainer_name(_need(infos))
     hp = {k: [tuple(x) for x in v] for k, v in (state.get("hyperparameters") or {"method": [], "grpo": []}).items()}
-    versions = [tuple(x) for x in state.get("versions") or package_versions()]
+    versions = [tuple(x) for x in state.get("versions") or package_versions().items()]
     return hp, bool(state.get("still")), versions, state.get("trainer") or trainer_name(_need(infos))
 
 

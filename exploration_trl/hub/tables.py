@@ -1,19 +1,18 @@
-"""The tables of a card: pass@k per benchmark, the method's and GRPO's hyperparameters, framework versions."""
+"""The tables of a card: pass@k per benchmark and the method's and GRPO's hyperparameters (the framework versions
+are `exploration_trl.eval.results.package_versions`, the record `results.json` keeps too)."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import math
-import sys
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
 from ..methods import method_infos, shapings
 from .card_data import bench_meta
 
-__all__ = ["extract_hyperparameters", "package_versions", "result_table", "still_on"]
+__all__ = ["extract_hyperparameters", "result_table", "still_on"]
 
 #: The GRPO / optimisation settings worth showing on a card (when present in the config).
 GRPO_KEYS = (
@@ -22,9 +21,6 @@ GRPO_KEYS = (
     "steps_per_generation", "num_iterations", "max_completion_length", "temperature", "top_p", "beta", "epsilon",
     "epsilon_high", "delta", "loss_type", "scale_rewards", "importance_sampling_level", "mask_truncated_completions",
     "top_entropy_quantile", "correct_reward_threshold", "use_vllm", "bf16", "activation_checkpointing", "seed",
-)
-VERSION_PACKAGES = (
-    "exploration-trl", "trl", "transformers", "peft", "torch", "datasets", "accelerate", "huggingface-hub",
 )
 
 
@@ -107,19 +103,4 @@ def extract_hyperparameters(method: str | None, training_args: Any) -> dict[str,
         if key == "max_steps" and (args.get("max_steps") or 0) <= 0:
             continue
         out["grpo"].append((key, _fmt_value(args[key])))
-    return out
-
-
-def package_versions() -> list[tuple[str, str]]:
-    """`(package, version)` of the frameworks a card lists (installed ones only), and Python's."""
-    out = []
-    for pkg in VERSION_PACKAGES:
-        try:
-            out.append((pkg, metadata.version(pkg)))
-        except metadata.PackageNotFoundError:
-            if pkg == "exploration-trl":
-                from exploration_trl import __version__
-
-                out.append((pkg, __version__))
-    out.append(("python", ".".join(map(str, sys.version_info[:3]))))
     return out

@@ -20,10 +20,12 @@ precision both when pass@k is tiny and when it is close to 1 (tested exact to ~1
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from exploration_trl.metrics.solutions import answer_classes
 
 __all__ = ["pass_at_k", "pass_at_k_curve", "default_ks", "parse_ks", "avg_at_n", "maj_at_n"]
 
@@ -225,17 +227,22 @@ def avg_at_n(correct) -> float:
     return float(flat.mean())
 
 
-def maj_at_n(answers: Sequence[Sequence[Any]], correct: Sequence[Sequence[Any]]) -> float:
+def maj_at_n(answers: Sequence[Sequence[Any]], correct: Sequence[Sequence[Any]],
+             equivalent: Callable[[Any, Any], bool] | None = None) -> float:
     """maj@n (majority voting) accuracy.
 
     For each problem the majority answer is the most frequent non-``None`` extracted answer, ties
     broken by first occurrence.  The problem counts as solved when any sample carrying that answer
-    is correct (answers are compared with ``==``/hashing; normalise them beforehand if needed).
+    is correct.  Answers are compared with ``==``/hashing, or with ``equivalent`` grouped into classes
+    (:func:`~exploration_trl.metrics.solutions.answer_classes`; e.g.
+    :func:`~exploration_trl.metrics.solutions.math_answers_equivalent`, under which ``"\\frac{1}{2}"``,
+    ``"0.5"`` and ``"1/2"`` are one vote-getter) whose votes add up.
     A problem whose answers are all ``None`` counts as unsolved.
 
     Args:
         answers: per problem, the list of extracted answers (hashable or ``None``).
         correct: per problem, the list of 0/1 (bool) correctness flags, aligned with ``answers``.
+        equivalent: optional ``(a, b) -> bool``; answers it judges equal count as one answer.
 
     Returns:
         Mean over problems (float); NaN when there are no problems.
@@ -252,12 +259,13 @@ def maj_at_n(answers: Sequence[Sequence[Any]], correct: Sequence[Sequence[Any]])
         cor = [bool(x) for x in cor]
         if len(ans) != len(cor):
             raise ValueError(f"maj_at_n: problem {p} has {len(ans)} answers but {len(cor)} correctness flags")
-        counts = Counter(a for a in ans if a is not None)
+        classes = answer_classes(ans, equivalent)
+        counts = Counter(k for k in classes if k is not None)
         if not counts:
             continue
         best = max(counts.values())
         # first answer (in sample order) reaching the top count
-        majority = next(a for a in ans if a is not None and counts[a] == best)
-        if any(c for a, c in zip(ans, cor) if a is not None and a == majority):
+        majority = next(k for k in classes if k is not None and counts[k] == best)
+        if any(c for k, c in zip(classes, cor) if k == majority):
             solved += 1
     return solved / len(answers)

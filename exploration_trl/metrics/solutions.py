@@ -14,6 +14,7 @@ __all__ = [
     "mean_solution_multiplicity",
     "default_normalize",
     "math_answers_equivalent",
+    "answer_classes",
 ]
 
 
@@ -112,17 +113,25 @@ def math_answers_equivalent(a: Any, b: Any) -> bool:
         return False
 
 
-def _count_classes(values: list, equivalent: Callable[[Any, Any], bool] | None) -> int:
-    """Distinct values, or with `equivalent` the number of classes: each value joins the first class whose first
-    member it is equivalent to (exact duplicates are merged before any comparison)."""
-    distinct = list(dict.fromkeys(values))
-    if equivalent is None:
-        return len(distinct)
+def answer_classes(values: Sequence[Any], equivalent: Callable[[Any, Any], bool] | None = None) -> list[int | None]:
+    """The class of each value, numbered 0, 1, ... in order of first appearance (None for a None value): equal values
+    share a class, and with `equivalent` each value joins the first class whose first member it is equivalent to
+    (exact duplicates are merged before any comparison, so `equivalent` runs once per distinct value and class)."""
+    distinct = list(dict.fromkeys(v for v in values if v is not None))
     reps: list = []
+    of: dict = {}
     for v in distinct:
-        if not any(equivalent(r, v) for r in reps):
+        found = None if equivalent is None else next((i for i, r in enumerate(reps) if equivalent(r, v)), None)
+        if found is None:
+            found = len(reps)
             reps.append(v)
-    return len(reps)
+        of[v] = found
+    return [None if v is None else of[v] for v in values]
+
+
+def _count_classes(values: list, equivalent: Callable[[Any, Any], bool] | None) -> int:
+    """Distinct values, or with `equivalent` the number of classes (`answer_classes`)."""
+    return len({k for k in answer_classes(values, equivalent) if k is not None})
 
 
 def solution_multiplicity(

@@ -62,7 +62,7 @@ from exploration_trl.rewards._base import (
     record_outcomes,
 )
 
-__all__ = ["extract_final_answer", "math_accuracy", "normalize_gold_answer", "shutdown_math_workers"]
+__all__ = ["extract_final_answer", "math_accuracy", "normalize_gold_answer", "shutdown_math_workers", "stated_answer"]
 
 REWARD_NAME = "math_accuracy"
 _MAX_ANSWER_CHARS = 1000
@@ -132,6 +132,18 @@ def extract_final_answer(text: str) -> tuple[str, list[str]] | None:
     if "$" not in ans:
         candidates.append("$" + ans + "$")
     return "answer_is", candidates
+
+
+def stated_answer(text: str) -> str | None:
+    """The final answer a completion states, as the text `math_accuracy` hands math-verify (`extract_final_answer`'s
+    first candidate, unwrapped): the last ``\\boxed{}``'s content, else the rest of the line after the last "answer
+    is"; None when the completion states none. `exploration-trl eval` counts these answers for maj@n and solution
+    multiplicity, so what is counted is what was graded."""
+    found = extract_final_answer(text)
+    if found is None:
+        return None
+    kind, candidates = found
+    return candidates[0][len("\\boxed{"):-1] if kind == "boxed" else candidates[0]
 
 
 def normalize_gold_answer(gold: Any) -> str | None:

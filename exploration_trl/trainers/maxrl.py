@@ -1,4 +1,4 @@
-"""MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", Algorithm 1, Eq. 10, App. F)."""
+"""MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", Eq. 11, Algorithm 1, App. F)."""
 
 from __future__ import annotations
 
@@ -25,18 +25,30 @@ class MaxRLConfig(ExplorationGRPOConfig):
     """MaxRL: advantages normalised by the group's mean reward instead of its standard deviation,
     `A = (r - r_hat) / (r_hat + maxrl_eps)` on binary rewards (correct: total reward > `correct_reward_threshold`).
     A group without a correct completion gets 0 (Algorithm 1). TRL's `scale_rewards` does not apply: the mean is
-    MaxRL's normalisation. The paper's Qwen3 runs are fully on-policy (one update per rollout), as TRL's default."""
+    MaxRL's normalisation. The paper's Qwen3 runs are fully on-policy (one update per rollout), as TRL's default.
+
+    The update is an unbiased estimate of the truncated maximum-likelihood gradient (Thm. 2) only when the loss weighs
+    every completion of a prompt alike and each rollout feeds one update: `loss_type` `dapo` (the default), `dr_grpo`,
+    `cispo`, `luspo` or `vespo` (`bnpo` with one micro-batch per step), and `steps_per_generation ==
+    gradient_accumulation_steps` with `num_iterations: 1`. `loss_type` `grpo` or `sapo` (each completion's loss
+    divided by its own length), `bnpo` over several micro-batches and several updates per rollout are accepted, with
+    one warning each (docs/math.md)."""
 
     maxrl_eps: float = field(
         default=1e-6,
-        metadata={"help": "Added to the group's mean reward before dividing (the authors' code and App. F: 1e-6; 0 is "
-                  "Algorithm 1 exactly). A group with mean 0 gets 0 either way."},
+        metadata={"help": "Added to the group's mean reward before dividing (the authors' code: 1e-6; 0 is Algorithm 1 "
+                  "exactly). A group with mean 0 gets 0 either way."},
     )
 
     def __post_init__(self):
         super().__post_init__()
-        check_non_negative(self, {"maxrl_eps": "added to the group's mean reward before dividing (paper: 1e-6)"})
+        check_non_negative(self, {"maxrl_eps": "added to the group's mean reward before dividing (the authors' code: "
+                                               "1e-6)"})
         check_sum_then_normalize(self, "maxrl")
+
+
+#: `loss_type`s that divide each completion's loss by its own length: completions of one prompt weigh unequally.
+LENGTH_WEIGHTED_LOSSES = ("grpo", "sapo")
 
 
 def _zero_batches(trainer, values: list[float]) -> str:
@@ -60,16 +72,47 @@ def _zero_batches(trainer, values: list[float]) -> str:
          "Ruslan Salakhutdinov", "Haiwen Feng", "Andrea Zanette"], 2026, "2602.02710", "cs.LG"),
     config_prefixes=("maxrl_",), metric_prefixes=("maxrl/",),
     coefficients={}, published={"maxrl_eps": 1e-6},
-    where="Algorithm 1, Eq. 10, App. F",
+    where="Eq. 11, Algorithm 1; ε: the authors' code",
     changes=("binary-reward advantages normalised by the group's mean reward instead of its std, `A = (r − r̂)/(r̂ + "
              "ε)`: correct `G/K − 1`, wrong `−1`, a group without a correct completion 0; correctness by "
-             "`correct_reward_threshold`"),
+             "`correct_reward_threshold`; unbiased (Thm. 2) on-policy with a loss that weighs a prompt's completions "
+             "alike, one warning otherwise"),
 ))
 class MaxRL(AdvantageStrategy):
     """Advantage-side: MaxRL's mean-normalised advantages from each group's correct count (`core.maxrl_advantages`)."""
 
     config_class = MaxRLConfig
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        # Thm. 2's unbiasedness needs each prompt's gradient to be sum_j A_j grad log pi(o_j) up to a factor shared by
+        # the prompt's completions, from samples of the policy being updated: say once when the settings break it.
+        args = trainer.args
+        if args.loss_type in LENGTH_WEIGHTED_LOSSES:
+            why = (f"loss_type '{args.loss_type}' divides each completion's loss by its own length, so the completions "
+                   "of a prompt are weighted by 1/length")
+        elif args.loss_type == "bnpo" and max(args.gradient_accumulation_steps, trainer.accelerator.num_processes) > 1:
+            why = ("loss_type 'bnpo' divides each micro-batch's loss by that micro-batch's own token count, so the "
+                   "completions of a prompt that land in different micro-batches are weighted differently")
+        else:
+            why = None
+        if why:
+            trainer.warn_once(
+                "maxrl_unequal_weights",
+                f"maxrl: {why}, and MaxRL's update is no longer the unbiased estimate of the maximum-likelihood "
+                "gradient (the paper's Thm. 2). loss_type dapo (the default), dr_grpo, cispo, luspo or vespo keep it. "
+                "Warned once.",
+            )
+        updates = trainer._updates_per_rollout()
+        if updates > 1:
+            trainer.warn_once(
+                "maxrl_off_policy",
+                f"maxrl: each rollout feeds {updates:g} optimizer updates (steps_per_generation x num_iterations / "
+                "gradient_accumulation_steps), so every update after the first uses samples of an older policy; the "
+                "paper's unbiasedness (Thm. 2) is for on-policy samples, and its Qwen3 runs make one update per "
+                "rollout. Warned once.",
+            )
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t = self.trainer  # TRL's advantages are replaced, not shifted

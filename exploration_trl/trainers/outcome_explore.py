@@ -7,8 +7,12 @@ Choices the paper leaves open, made here (docs/methods.md says why):
   `math_accuracy`, the canonical equation for `countdown`); a completion without one gets neither bonus nor penalty
   and is not counted.
 * A prompt is its text (TRL's prompt, a string or messages); its counts are kept for the whole run.
-* The bonus of a batch uses the counts before it (an answer never seen gets the full bonus, 1: why the paper caps
-  `1/sqrt(N)` at 1); the batch's answers are counted after, on training batches only.
+* The bonus of a batch uses the counts before it (an answer never seen gets the full bonus, 1: our reading of why
+  the paper caps `1/sqrt(N)` at 1, which it does not explain); the batch's answers are counted after, on training
+  batches only.
+* UCB-Mean's mean is the group's (`outcome_ucb_baseline: mean`); the paper does not say which, so the batch's
+  (`mean_batch`) and leave-one-out (`mean_loo`) are options.
+* The batch penalty's coefficient, 0.2, is not from the paper (it gives none for that term): the historical c reused.
 * Every process holds the same counts: the batch's prompts and answers are gathered before counting, so two
   processes count as one does. The counts are saved in every checkpoint (`state_dict`), so resume is exact.
 """
@@ -37,22 +41,25 @@ NO_ANSWER = "outcome_explore/no_answer_batch_frac"
 class OutcomeExploreConfig(ExplorationGRPOConfig):
     """Outcome-based exploration: GRPO's advantage plus `outcome_ucb_coef * (min(1, 1/sqrt(N(x, a))) - b0)` (UCB-Con,
     N(x, a) the times answer a was sampled for prompt x before this batch) plus `outcome_batch_coef * -(1/G) *
-    #{other completions of the group with the same answer}`. The paper's coefficient is 0.2 and b0 is 0.5 on its
-    "medium" data (1 on "easy"); it studies the two terms apart (set the other coefficient to 0 for either alone)."""
+    #{other completions of the group with the same answer}`. The paper's historical coefficient is 0.2 and b0 is 0.5
+    on its "medium" data (1 on "easy"); it gives no coefficient for the batch penalty (0.2 here is unsourced: our
+    choice) and studies the two terms apart (set the other coefficient to 0 for either alone)."""
 
     outcome_ucb_coef: float = field(
         default=0.2, metadata={"help": "Weight c of the historical bonus min(1, 1/sqrt(N)) (paper: 0.2; 0: off)."})
     outcome_ucb_baseline: str = field(
         default="constant",
         metadata={"help": "What the bonus is measured from: 'constant' (UCB-Con: minus outcome_ucb_b0, the paper's "
-                  "best historical variant), 'mean' (UCB-Mean: minus the group's mean bonus) or 'none' (UCB)."},
+                  "best historical variant), 'mean' (UCB-Mean: minus the group's mean bonus; which mean the paper "
+                  "takes is open, the group's is our choice), 'mean_batch' (minus the batch's mean bonus), 'mean_loo' "
+                  "(minus the mean of the group's other completions) or 'none' (UCB)."},
     )
     outcome_ucb_b0: float = field(
         default=0.5, metadata={"help": "UCB-Con's constant b0 (paper: 0.5 on its medium data, 1 on its easy data): "
                                        "answers seen more than 1/b0^2 times get a negative bonus."})
     outcome_batch_coef: float = field(
         default=0.2, metadata={"help": "Weight of the batch penalty -(1/G) * (completions of the group with the same "
-                                       "answer) (the paper's c: 0.2; 0: off)."})
+                                       "answer) (0.2: unsourced, the paper gives none for this term; 0: off)."})
     outcome_answer_reward: str | None = field(
         default=None,
         metadata={"help": "The reward whose extracted answers are the outcomes (a name TRL logs it under, e.g. "
@@ -63,7 +70,8 @@ class OutcomeExploreConfig(ExplorationGRPOConfig):
         super().__post_init__()
         check_non_negative(self, {
             "outcome_ucb_coef": "the weight of the historical answer bonus (paper: 0.2; 0 switches it off)",
-            "outcome_batch_coef": "the weight of the repeated-answer penalty (paper: 0.2; 0 switches it off)",
+            "outcome_batch_coef": "the weight of the repeated-answer penalty (default 0.2, not from the paper; 0 "
+                                  "switches it off)",
             "outcome_ucb_b0": "UCB-Con's constant (paper: 0.5 or 1)",
         })
         check_choice(self, "outcome_ucb_baseline", core_bonus.OUTCOME_UCB_BASELINES)
@@ -94,6 +102,7 @@ def _no_answers(trainer, values: list[float]) -> str:
     config_prefixes=("outcome_",), metric_prefixes=("outcome_explore/",),
     coefficients={"outcome_ucb_coef": 0, "outcome_batch_coef": 0},
     published={"outcome_ucb_coef": 0.2, "outcome_ucb_b0": 0.5, "outcome_batch_coef": 0.2},
+    knobs_note="(the paper gives no coefficient for the batch penalty: `outcome_batch_coef=0.2` is ours)",
     where="Sec. 3 (no code public; choices in docs/methods.md)",
     changes=("GRPO's advantage plus `c·(min(1, 1/√N(x,a)) − b0)` for final answers `a` seen N times so far for "
              "prompt `x` (UCB-Con), and `−c_b·(1/G)·#(same answer in the group)`; answers from the reward's own "

@@ -1,5 +1,5 @@
 """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning",
-Sec. 5), with its PSR-only and NSR-only objectives (Sec. 3)."""
+Sec. 5, Eq. 9), with its PSR-only and NSR-only objectives (Sec. 2.2, Eq. 3 and 4; trained in Sec. 3)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ class WReinforceConfig(ExplorationGRPOConfig):
     """W-REINFORCE: `lambda * L_PSR + L_NSR`, i.e. advantage `wreinforce_lambda` for a correct completion and -1 for a
     wrong one (correct: total reward > `correct_reward_threshold`), no baseline and no normalisation (TRL's
     `scale_rewards` does not apply). The paper trains with PPO's clipped loss (clip 0.2), lambda = 0.1, four
-    updates per rollout (1,024 prompts, mini-batches of 256)."""
+    updates per rollout (1,024 prompts, mini-batches of 256) and an entropy bonus of 1e-4 (App. C.1): TRL's
+    `entropy_coef`, which the recipe sets (the config keeps TRL's 0, as every training set-up stays in recipes)."""
 
     wreinforce_lambda: float = field(
         default=0.1, metadata={"help": "Weight lambda of the positive samples (paper: 0.1; 1 is REINFORCE with +1/-1 "
@@ -68,7 +69,7 @@ def _zero_batches(trainer, values: list[float]) -> str:
         "cs.LG"),
     config_prefixes=("wreinforce_",), metric_prefixes=("wreinforce/",),
     coefficients={"wreinforce_lambda": 0}, published={"wreinforce_lambda": 0.1, "wreinforce_mode": "weighted"},
-    where="Sec. 5 (PSR/NSR: Sec. 3)",
+    where="Sec. 5, Eq. 9 (PSR/NSR: Sec. 2.2, Eq. 3–4)",
     changes=("REINFORCE with +1/−1 rewards and no baseline, the correct completions weighted by λ: advantage `λ` "
              "(correct) or `−1` (wrong); `psr` / `nsr` keep one side"),
 ))
