@@ -1,4 +1,4 @@
-"""Colocate training through a real vLLM engine on the CPU, every method (`-m vllm`; docs/vllm.md).
+"""Colocate training through a real vLLM engine on the CPU, the methods in `METHODS` (`-m vllm`; docs/vllm.md).
 
 Each trainer starts its own engine in this process and closes it (`close_vllm`) before the next one starts. For
 grpo, progrpo, dsgrpo, casp, kl_cov, clip_cov and progrpo+casp: 3 steps with `use_vllm: true, vllm_mode: colocate`

@@ -167,8 +167,9 @@ class ExplorationGRPOConfig(GRPOConfig):
     )
     entropy_band_knob: str = field(
         default="entropy_coef",
-        metadata={"help": "What the controller moves: entropy_coef (TRL's entropy bonus), kl_cov_coef, kl_cov_ratio, "
-                  "clip_cov_ratio, casp_alpha, ds_gamma_p or unlikely_beta (a key of the method's config)."},
+        metadata={"help": "What the controller moves: entropy_coef (TRL's entropy bonus) or a coefficient a registered "
+                  "method declares (trainers/entropy_band.py's KNOBS, read from the registry: e.g. kl_cov_coef, "
+                  "casp_alpha, entropy_adv_alpha); a key of the method's config."},
     )
     entropy_band_rate: float = field(
         default=0.1, metadata={"help": "Relative step of the knob per optimizer step: times or over (1 + rate)."})
