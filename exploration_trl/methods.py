@@ -1,6 +1,6 @@
 """The method registry: one record per method (`MethodInfo`), declared once, next to the method's trainer and config.
 
-A method module under `exploration_trl/trainers/` decorates its trainer class with `@register_method(MethodInfo(...))`
+A method module under `exploration_trl/trainers/` decorates its strategy class with `@register_method(MethodInfo(...))`
 (the worked example: `docs/writing_a_method.md`). Every table that lists methods reads this registry: the trainers'
 `METHODS` and sides and their composition (`trainers/registry.py`), `exploration-trl train --help`, model cards (the
 trainer's name, the method section, the citations, the hyperparameter table) and the experiments' setting labels and
@@ -93,13 +93,19 @@ _TRAINER_FACTORY = None
 _OWNERS: dict[str, str] = {}  # name -> what registered it ("module.Class", or "shaping")
 
 
-def _claim(name: str, owner: str) -> None:
-    """Check `name` and record who registered it; the same owner again (a reloaded module) may replace its record."""
+def _check_name(name: str, owner: str) -> None:
+    """Check `name`: its form, and that no other owner registered it (the same owner again, a reloaded module, may
+    replace its record)."""
     if not _NAME_RE.fullmatch(name):
         raise ValueError(f"method name {name!r} must be lower-case letters, digits and '_' (it is a `method:` value, "
                          "composed with '+')")
     if _OWNERS.get(name, owner) != owner:
         raise ValueError(f"method name {name!r} is already registered (by {_OWNERS[name]}); choose another name")
+
+
+def _claim(name: str, owner: str) -> None:
+    """Check `name` and record who registered it."""
+    _check_name(name, owner)
     _OWNERS[name] = owner
 
 
@@ -109,9 +115,8 @@ def register_method(info: MethodInfo):
     The class is the method's strategy (`trainers.strategy.Strategy`: its `config_class`, what it needs and its
     hooks); `register_method` gives it its record, name and side. Its public trainer (a thin `ExplorationGRPOTrainer`
     subclass that binds it, `method = "<name>"`) registers itself when its class is defined (`bind_trainer`).
-    A trainer class may be registered directly too (the 0.7 form: an `ExplorationGRPOTrainer` subclass overriding a
-    hook, with its `config_class`); it then gets `method_name` and, for an advantage- or loss-side method, its
-    `hook = (side, name)`. Registering the same class again (a reloaded module) replaces the record.
+    Only GRPO, which changes nothing (side "none"), is a trainer class registered directly (`ExplorationGRPOTrainer`).
+    Registering the same class again (a reloaded module) replaces the record.
     """
     if info.side not in SIDES:
         raise ValueError(f"method {info.name!r}: side is {info.side!r}; choose one of {', '.join(SIDES)}")
@@ -120,13 +125,17 @@ def register_method(info: MethodInfo):
         if getattr(cls, "config_class", None) is None:
             raise ValueError(f"method {info.name!r}: {cls.__name__} has no `config_class`; set it to the method's "
                              "config dataclass")
+        strategy = getattr(cls, "is_strategy", False)
+        _check_name(info.name, f"{cls.__module__}.{cls.__qualname__}")
+        if not strategy and info.side != "none":
+            raise ValueError(f"method {info.name!r}: {cls.__name__} is not a strategy; register an AdvantageStrategy "
+                             "or LossStrategy subclass (exploration_trl.trainers.strategy; docs/writing_a_method.md) "
+                             "and bind it with `class <Name>Trainer(ExplorationGRPOTrainer): method = \"<name>\"`")
         _claim(info.name, f"{cls.__module__}.{cls.__qualname__}")
-        if getattr(cls, "is_strategy", False):
+        if strategy:
             cls.info, cls.name, cls.side = info, info.name, info.side
-        else:  # a trainer class registered directly
+        else:  # GRPO's trainer
             cls.method_name = info.name
-            if info.side != "none":
-                cls.hook = (info.side, info.name)
             _TRAINERS[info.name] = cls
         _METHODS[info.name] = (info, cls)
         return cls
@@ -144,7 +153,7 @@ def bind_trainer(name: str, cls: type) -> None:
 
 
 def strategy_of(name: str) -> type | None:
-    """The strategy class of a registered method (None for a trainer class registered directly, and for GRPO)."""
+    """The strategy class of a registered method (None for GRPO, the one trainer class registered directly)."""
     obj = _METHODS[name][1]
     return obj if getattr(obj, "is_strategy", False) else None
 

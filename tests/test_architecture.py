@@ -162,7 +162,6 @@ def test_a_strategy_registered_outside_the_package_trains_and_composes(tmp_path)
         config_class = HalveConfig
 
         def advantages(self, batch, advantages):
-            self.trainer.mark_hook_ran(self.name)
             seen.append(advantages)
             self.trainer.queue_metrics({"halve/factor": (self.args.halve_factor, 1.0)})
             return advantages * self.args.halve_factor

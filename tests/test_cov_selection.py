@@ -137,7 +137,7 @@ def test_global_clip_cov_cuts_exactly_the_drawn_number_of_tokens(ckpt, tmp_path)
         terms = _terms(generator)
         covs = [core_loss_cov(t) for t in terms]
         n = sum(t["valid"].sum() for t in terms).double()
-        selected = trainer._cov_select_global(terms, covs, n)
+        selected = trainer._strategy("loss")._cov_select_global(terms, covs, n)
         expected = min(max(1, int(int(n) * trainer.args.clip_cov_ratio)), int(n))
         got = int(sum(s.sum() for s in selected))
         if got != expected or any((s & ~t["valid"]).any() for s, t in zip(selected, terms, strict=True)):
@@ -153,17 +153,18 @@ def test_global_clip_cov_keys_follow_the_token_not_the_split(ckpt, tmp_path):
     """A token's key depends on (seed, step, row, position) only: the rows of one micro-batch, split in two, keep
     their keys; another step or seed draws new ones; the keys are distinct and never negative."""
     trainer = _global_clip_cov_trainer(ckpt, tmp_path)
+    clip_cov_keys = trainer._strategy("loss")._clip_cov_keys
     trainer.state.global_step = 5
-    whole = trainer._clip_cov_keys(torch.arange(8), 16)
-    halves = torch.cat([trainer._clip_cov_keys(torch.arange(0, 4), 16), trainer._clip_cov_keys(torch.arange(4, 8), 16)])
+    whole = clip_cov_keys(torch.arange(8), 16)
+    halves = torch.cat([clip_cov_keys(torch.arange(0, 4), 16), clip_cov_keys(torch.arange(4, 8), 16)])
     assert torch.equal(whole, halves)
     assert whole.dtype == torch.int64 and bool((whole >= 0).all()) and whole.unique().numel() == whole.numel()
-    assert torch.equal(trainer._clip_cov_keys(torch.arange(8), 12), whole[:, :12])  # a shorter batch: same prefix
+    assert torch.equal(clip_cov_keys(torch.arange(8), 12), whole[:, :12])  # a shorter batch: same prefix
     trainer.state.global_step = 6
-    assert (trainer._clip_cov_keys(torch.arange(8), 16) != whole).float().mean() > 0.99
+    assert (clip_cov_keys(torch.arange(8), 16) != whole).float().mean() > 0.99
     # Ranks are uniform: over many rows each position is cut equally often (no bias to early or late tokens).
     trainer.state.global_step = 0
-    keys = trainer._clip_cov_keys(torch.arange(4000), 16)
+    keys = clip_cov_keys(torch.arange(4000), 16)
     first = (keys == keys.min(dim=1, keepdim=True).values).float().mean(dim=0)
     assert float((first - 1 / 16).abs().max()) < 0.02
 
@@ -174,4 +175,4 @@ def test_global_key_width_error_names_the_fix(ckpt, tmp_path):
     trainer.args.max_completion_length = 4096
     with pytest.raises(ValueError, match=r"cov_selection: global numbers tokens up to 2\^31; generation_batch_size "
                                          r"\(1048576\) x max_completion_length \(4096\) is larger"):
-        trainer._clip_cov_keys(torch.arange(2), 8)
+        trainer._strategy("loss")._clip_cov_keys(torch.arange(2), 8)

@@ -108,6 +108,7 @@ from dataclasses import dataclass, field
 
 from exploration_trl.methods import MethodInfo, arxiv_paper, register_method
 from exploration_trl.trainers.base import ExplorationGRPOConfig, ExplorationGRPOTrainer
+from exploration_trl.trainers.strategy import AdvantageStrategy
 
 
 @dataclass
@@ -123,13 +124,15 @@ class ThrowawayConfig(ExplorationGRPOConfig):
     config_prefixes=("throwaway_",), metric_prefixes=("throwaway/",),
     coefficients={"throwaway_shift": 1}, published={"throwaway_shift": 0.25},
 ))
-class ThrowawayTrainer(ExplorationGRPOTrainer):
+class Throwaway(AdvantageStrategy):
     config_class = ThrowawayConfig
 
-    def _compute_advantages(self, batch):
-        advantages = super()._compute_advantages(batch)
-        self._mark_hook_ran("throwaway")
+    def advantages(self, batch, advantages):
         return advantages + self.args.throwaway_shift
+
+
+class ThrowawayTrainer(ExplorationGRPOTrainer):
+    method = "throwaway"
 '''
 
 
@@ -190,9 +193,18 @@ def test_a_new_method_module_is_everywhere_without_another_edit(throwaway, tmp_p
 def test_registering_checks_the_record():
     from exploration_trl.trainers import ExplorationGRPOTrainer
 
+    from exploration_trl.trainers.strategy import LossStrategy
+
     info = methods.method_info("casp")
+    config = methods.METHODS["casp"][1]
     with pytest.raises(ValueError, match="method name 'casp' is already registered"):
-        methods.register_method(info)(type("OtherCaSPTrainer", (ExplorationGRPOTrainer,), {}))
+        methods.register_method(info)(type("OtherCaSP", (LossStrategy,), {"config_class": config}))
+    # A trainer class registered directly (the 0.7 form) is refused for any method that changes something
+    new = methods.MethodInfo(**{**info.__dict__, "name": "trainerform"})
+    with pytest.raises(ValueError, match=r"method 'trainerform': TrainerForm is not a strategy; register an "
+                                         r"AdvantageStrategy or LossStrategy subclass"):
+        methods.register_method(new)(type("TrainerForm", (ExplorationGRPOTrainer,), {"config_class": config}))
+    assert "trainerform" not in methods.METHODS
     with pytest.raises(ValueError, match="side is 'both'; choose one of none, advantage, loss"):
         methods.register_method(methods.MethodInfo(**{**info.__dict__, "name": "x", "side": "both"}))
     with pytest.raises(ValueError, match="must be lower-case letters"):

@@ -196,7 +196,7 @@ def test_outcome_bonus_uses_the_counts_before_each_batch(ckpt, tmp_path):
     bonus = [(b["final_advantages"] - b["advantages"]) for b in batches]
     assert_close(torch.stack(bonus[:8]), torch.full((8, 4), -0.05))
     assert_close(torch.stack(bonus[8:]), torch.full((2, 4), -0.15))
-    counts = trainer._outcome_counts
+    counts = trainer._strategy("advantage")._outcome_counts
     assert sorted(sum(a.values()) for a in counts.values()) == [4] * 6 + [8] * 2 and len(counts) == 8
 
 

@@ -223,8 +223,9 @@ def loss_inputs(trainer, seed=0):
 
 def loss_and_grads(trainer, inputs):
     trainer.model.zero_grad(set_to_none=True)
-    if hasattr(trainer, "_clip_cov_generator"):  # same random Clip-Cov selection in every call
-        trainer._clip_cov_generator.manual_seed(1234)
+    loss_side = trainer._strategy("loss")
+    if hasattr(loss_side, "_clip_cov_generator"):  # same random Clip-Cov selection in every call
+        loss_side._clip_cov_generator.manual_seed(1234)
     loss = trainer.compute_loss(trainer.model, dict(inputs))
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}

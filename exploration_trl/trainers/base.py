@@ -39,7 +39,7 @@ from .loss_terms import aggregate_per_token, loss_mask, weighted_as_trl
 from .metrics_logging import ExplorationMetrics
 from .resume import Resume
 from .rollout import Rollout, RolloutBatch
-from .strategy import bind_public_class, build_strategies, check_hooks_ran, expected_hooks
+from .strategy import bind_public_class, build_strategies, check_hooks_ran, expected_hooks, run_hook
 from .still import apply_still_shapers
 from .vllm_support import (
     VLLMSupport, check_cpu_head_size, connect_server, copied, reload_colocated, reload_server_from_disk,
@@ -121,16 +121,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     def _strategy(self, side: str):
         return next((s for s in self.strategies if s.side == side), None)
 
-    def __getattr__(self, name: str):
-        # Only reached when normal lookup fails: a strategy's own attribute (e.g. Clip-Cov's `_clip_cov_keys`) is
-        # readable on its trainer, as it was when methods were trainer classes.
-        for strategy in self.__dict__.get("strategies", ()):
-            try:
-                return getattr(strategy, name)
-            except AttributeError:
-                continue
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     # ------------------------------------------------------------------ what methods need
     def _needs_rollout_logps(self) -> bool:  # the rollout policy's completion log-probs and entropies
         return self.args.ppl_shaping_alpha != 0.0 or any(s.needs_rollout_logps() for s in self.strategies)
@@ -161,7 +151,8 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         """Return this process's advantages, `(B_local,)` or `(B_local, T)`: TRL's GRPO advantages, changed by the
         advantage-side strategy when there is one."""
         strategy = self._strategy("advantage")
-        return batch.advantages if strategy is None else strategy.advantages(batch, batch.advantages)
+        return batch.advantages if strategy is None else run_hook(self, strategy, "advantages", batch,
+                                                                     batch.advantages)
 
     def _apply_still_shapers(self, advantages: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
         """STILL report shapers, applied after the advantage-side method (`still.py`)."""
@@ -346,12 +337,12 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         """Return the log-probs TRL's loss should see (the loss-side strategy's `transform_logps`). TRL forms the
         ratio as `exp(returned - old)`, so a method that wants ratio `R` returns `old + log(R)`."""
         strategy = self._strategy("loss")
-        return logps if strategy is None else strategy.transform_logps(logps, capture, inputs, state)
+        return logps if strategy is None else run_hook(self, strategy, "transform_logps", logps, capture, inputs, state)
 
     def _extra_per_token_loss(self, inputs, capture: _Capture, state: dict) -> torch.Tensor | None:
         """Extra `(B, T)` per-token loss terms, added after TRL's loss with TRL's aggregation. None: nothing."""
         strategy = self._strategy("loss")
-        return None if strategy is None else strategy.extra_loss(inputs, capture, state)
+        return None if strategy is None else run_hook(self, strategy, "extra_loss", inputs, capture, state)
 
     def _log_token_metrics(self, inputs, capture: _Capture):
         """Exploration metrics from the loss pass TRL already ran (no extra backbone pass), kept on the device."""
@@ -378,10 +369,8 @@ class ExplorationGRPOTrainer(GRPOTrainer):
         return expected_hooks(self, side)
 
     def mark_hook_ran(self, name: str):
-        """A strategy's hook acted on this step (see `strategy.check_hooks_ran`)."""
+        """A hook acted on this step (`strategy.run_hook` marks the strategies'; see `strategy.check_hooks_ran`)."""
         self._ran_hooks.add(name)
-
-    _mark_hook_ran = mark_hook_ran  # the 0.7 name
 
     def _check_hooks_ran(self, side: str, reason: str):
         check_hooks_ran(self, side, reason)

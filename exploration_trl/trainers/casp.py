@@ -113,7 +113,6 @@ class CaSP(LossStrategy):
 
     def transform_logps(self, logps, capture: _Capture, inputs, state):
         t, args = self.trainer, self.args
-        t.mark_hook_ran("casp")
         active = t.state.global_step >= args.casp_warmup_steps
         metrics = {"casp/active": (float(active), 1.0)}  # a Python bool: no host read
         if not active:  # warm-up: plain GRPO (the hook ran and chose not to act; logged as casp/active = 0)

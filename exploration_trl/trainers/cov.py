@@ -112,7 +112,6 @@ class KLCov(LossStrategy):
 
     def extra_loss(self, inputs, capture: _Capture, state):
         t = self.trainer
-        t.mark_hook_ran("kl_cov")
         logps = capture.logps
         mask = t._loss_mask(inputs)
         old = t._old_logps(inputs, logps)
@@ -204,7 +203,6 @@ class ClipCov(LossStrategy):
 
     def transform_logps(self, logps, capture: _Capture, inputs, state):
         t, args = self.trainer, self.args
-        t.mark_hook_ran("clip_cov")
         mask = t._loss_mask(inputs)
         old = t._old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)

@@ -82,7 +82,6 @@ class DSGRPO(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t, args = self.trainer, self.args
-        t.mark_hook_ran("dsgrpo")
         rewards = batch.local_rewards
         mask = batch.completion_mask
         new = core_adv.dsgrpo_advantages(

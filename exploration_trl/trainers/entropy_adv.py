@@ -77,7 +77,6 @@ class EntropyAdv(LossStrategy):
 
     def transform_logps(self, logps, capture: _Capture, inputs, state):
         t, a = self.trainer, self.args
-        t.mark_hook_ran("entropy_adv")
         mask = t._loss_mask(inputs)
         advantages = inputs["advantages"]
         shaped = core_bonus.entropy_shaped_advantages(advantages, capture.entropies, mask, a.entropy_adv_alpha,

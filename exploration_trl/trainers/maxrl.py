@@ -116,7 +116,6 @@ class MaxRL(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t = self.trainer  # TRL's advantages are replaced, not shifted
-        t.mark_hook_ran("maxrl")
         rewards, g = batch.rewards, batch.num_generations
         correct = is_correct(rewards, self.args.correct_reward_threshold)
         guard_correctness(t, rewards, correct, g, "maxrl", "MaxRL's advantages are all 0 and it learns nothing")

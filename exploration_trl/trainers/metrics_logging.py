@@ -64,13 +64,11 @@ class ExplorationMetrics:
             t.metrics_window(mode)[name].append(value)
 
     def warn_declared(self) -> None:
-        """`warn` the trainer's declared warnings: the rollout's, its strategies' and a 0.7-form class's."""
+        """`warn` the trainer's declared warnings: the rollout's and its strategies'."""
         t = self.trainer
         declared = list(t.rollout.window_warnings)
         for strategy in t.strategies:
             declared.extend(strategy.window_warnings)
-        for cls in type(t).__mro__:
-            declared.extend(cls.__dict__.get("window_warnings", ()))
         self.warn(declared)
 
     def warn(self, declared: list[WindowWarning]) -> None:

@@ -154,7 +154,6 @@ class OutcomeExplore(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t, a, g = self.trainer, self.args, batch.num_generations
-        t.mark_hook_ran("outcome_explore")
         if a.outcome_ucb_coef == 0 and a.outcome_batch_coef == 0:  # switched off: GRPO's advantages, no answers read
             return advantages
         n_local = batch.process_slice.stop - batch.process_slice.start

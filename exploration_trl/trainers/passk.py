@@ -74,7 +74,6 @@ class Passk(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t, args = self.trainer, self.args  # TRL's advantages are replaced, not shifted
-        t.mark_hook_ran("passk")
         rewards = batch.rewards
         correct = is_correct(rewards, args.correct_reward_threshold)
         guard_correctness(t, rewards, correct, batch.num_generations, "passk",
@@ -159,7 +158,6 @@ class PKPO(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t = self.trainer
-        t.mark_hook_ran("pkpo")
         k = self.k_at(batch.global_step)
         adv = core_pk.pkpo_advantages(batch.rewards, batch.num_generations, k, self.args.pkpo_estimator,
                                       scale=self.args.scale_rewards)
@@ -228,7 +226,6 @@ class Unlikely(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t, a = self.trainer, self.args
-        t.mark_hook_ran("unlikely")
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         rewards = batch.rewards.to(logps.device)
         correct = is_correct(rewards, a.correct_reward_threshold)

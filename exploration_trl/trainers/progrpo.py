@@ -98,7 +98,6 @@ class ProGRPO(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t, args = self.trainer, self.args
-        t.mark_hook_ran("progrpo")
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         prompt_logps = prompt_mask = None
         if args.progrpo_baseline == "prompt":

@@ -77,7 +77,6 @@ class QAE(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t, a = self.trainer, self.args  # TRL's advantages are replaced
-        t.mark_hook_ran("qae")
         adv = core_est.quantile_advantages(batch.rewards, batch.num_generations, k=a.qae_k,
                                            method=a.qae_quantile_method, scale=a.scale_rewards)
         zero = adv == 0

@@ -60,13 +60,13 @@ def _compose(parts: tuple[str, ...]) -> tuple[type, type]:
 
 @cache
 def _composed(registered: tuple[type, ...], method: str) -> tuple[type, type]:
-    """The composed (trainer, config) of the registered strategies (or 0.7-form trainer classes) of `method`, cached
-    by class: a re-registered name composes its new class.
+    """The composed (trainer, config) of the registered strategies of `method`, cached by class: a re-registered
+    name composes its new class.
 
     The trainer is a thin class that names the composition (`method = "progrpo+casp"`); the trainer builds its
     strategies from that name, so nothing of the methods is inherited. The class exists because a composition is
     public API: `get_trainer_class("progrpo+casp")` is subclassed like any trainer and named in cards and logs
-    (`ProGRPOCaSPTrainer`). A 0.7-form trainer class in the composition is its base, so its own hooks stay.
+    (`ProGRPOCaSPTrainer`).
     """
     # Loss-side config first: where both presets change a default (e.g. KL-Cov's no clipping vs ProGRPO's
     # epsilon_high), the loss side wins. Dataclass inheritance alone would let a preset's *inherited* TRL default
@@ -77,8 +77,7 @@ def _composed(registered: tuple[type, ...], method: str) -> tuple[type, type]:
     namespace["__reduce__"] = _reduce_composed_config
     namespace["composed_method"] = method
     config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), namespace))
-    legacy = tuple(obj for obj in registered if not getattr(obj, "is_strategy", False))
-    trainer_cls = type(f"{name}Trainer", legacy or (ExplorationGRPOTrainer,), {
+    trainer_cls = type(f"{name}Trainer", (ExplorationGRPOTrainer,), {
         "method": method, "method_name": method, "config_class": config_cls, "__module__": __name__,
         "__doc__": f"TRL's `GRPOTrainer` with {' and '.join(method.split('+'))} (`method: {method}`).",
     })

@@ -14,8 +14,8 @@ A strategy class declares, as class attributes and methods:
   micro-batch; either may add per-completion tensors to the batch (`rollout_extras`);
 * its metrics, queued on the device with `trainer.queue_metrics({name: (sum, count)})` and read at the next log, and
   its warnings decided from one metric's window at a log (`window_warnings`), each given once per run;
-* its "did nothing this step" condition: it calls `trainer.mark_hook_ran(self.name)` when it acts; a step on which a
-  strategy's hook did not act stops training (`HookDidNotRunError`), never silently GRPO;
+* nothing for "did nothing this step": the trainer marks each hook it calls (`run_hook`), and a step on which a
+  strategy's hook was not called stops training (`HookDidNotRunError`), never silently GRPO;
 * what it keeps between steps (`state_dict` / `load_state_dict`) and its private random generators (`generators`),
   saved in every checkpoint and restored on resume.
 
@@ -36,13 +36,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from .rollout import RolloutBatch
 
 __all__ = ["Strategy", "AdvantageStrategy", "LossStrategy", "bind_public_class", "build_strategies",
-           "expected_hooks", "check_hooks_ran"]
+           "expected_hooks", "check_hooks_ran", "run_hook"]
 
 
 class Strategy:
     """The base of every method (see the module docstring). One instance per trainer, made once TRL's set-up ran."""
 
-    #: Marks a strategy class for `register_method` (a trainer class registered directly is the 0.7 form).
+    #: Marks a strategy class for `register_method` (only GRPO's trainer class is registered directly).
     is_strategy = True
     #: Set by `register_method`: the record (`MethodInfo`), its name and its side.
     info: Any = None
@@ -127,9 +127,18 @@ class LossStrategy(Strategy):
         return None
 
 
+def run_hook(trainer, strategy: Strategy, hook: str, *args):
+    """Call `strategy.<hook>(*args)` for `trainer`, marking first that the strategy acted on this step when it defines
+    that hook (a loss-side strategy may define only one of `transform_logps` and `extra_loss`). The dispatcher marks,
+    so no hook can forget to; `check_hooks_ran` then stops a step on which a strategy's hook was never called."""
+    base = AdvantageStrategy if strategy.side == "advantage" else LossStrategy
+    if getattr(type(strategy), hook) is not getattr(base, hook):
+        trainer.mark_hook_ran(strategy.name)
+    return getattr(strategy, hook)(*args)
+
+
 def build_strategies(trainer) -> list[Strategy]:
-    """The strategies of `trainer.method` (advantage side first), made for `trainer`; none for GRPO. A 0.7-form
-    trainer class in a composition has no strategy: its hooks are methods of the trainer's own class."""
+    """The strategies of `trainer.method` (advantage side first), made for `trainer`; none for GRPO."""
     from ..methods import parse_method, strategy_of
 
     if trainer.method is None:
@@ -137,7 +146,7 @@ def build_strategies(trainer) -> list[Strategy]:
     strategies = []
     for part in parse_method(trainer.method):
         cls = strategy_of(part)
-        if cls is None:
+        if cls is None:  # GRPO, the one method registered as a trainer class: no strategy
             continue
         if not isinstance(trainer.args, cls.config_class):
             name = type(trainer).__name__
@@ -169,13 +178,8 @@ def bind_public_class(cls: type) -> None:
 
 def expected_hooks(trainer, side: str) -> list[str]:
     """Names of the hooks `trainer` must run on every step of `side` ("advantage" or "loss"): its strategies' of that
-    side, a 0.7-form method class's `hook = (side, name)`, and on the loss side the exploration metrics when they are
-    switched on."""
+    side, and on the loss side the exploration metrics when they are switched on."""
     names = [s.name for s in trainer.strategies if s.side == side]
-    for cls in type(trainer).__mro__:
-        hook = cls.__dict__.get("hook")
-        if hook is not None and hook[0] == side and hook[1] not in names:
-            names.append(hook[1])
     if side == "loss" and trainer.args.exploration_metrics:
         names.append("exploration metrics")
     return names

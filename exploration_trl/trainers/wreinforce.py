@@ -82,7 +82,6 @@ class WReinforce(AdvantageStrategy):
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
         t, a = self.trainer, self.args  # TRL's advantages are replaced
-        t.mark_hook_ran("wreinforce")
         rewards = batch.rewards
         correct = is_correct(rewards, a.correct_reward_threshold)
         guard_correctness(t, rewards, correct, batch.num_generations, "wreinforce",
