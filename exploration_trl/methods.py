@@ -21,7 +21,7 @@ from typing import Any
 __all__ = [
     "SIDES", "MethodInfo", "Paper", "arxiv_paper", "register_method", "register_shaping", "unregister", "bind_trainer",
     "strategy_of", "trainer_class",
-    "METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "method_info", "method_infos", "parse_method", "trainer_name",
+    "METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "method_info", "method_infos", "records", "parse_method", "trainer_name",
     "base_method", "shapings", "registered_papers",
 ]
 
@@ -300,6 +300,12 @@ def _name_of(name: str) -> str:
         return _TRAINERS[name].__name__
     obj = _METHODS[name][1]
     return obj.__name__ if obj.__name__.endswith("Trainer") else f"{obj.__name__}Trainer"
+
+
+def records(parts: Sequence[str]) -> list[MethodInfo]:
+    """The records of method parts already parsed (a trainer class's `method_parts`), without parsing them again;
+    () is the base method."""
+    return [_METHODS[p][0] for p in parts] if parts else [base_method()]
 
 
 def base_method() -> MethodInfo:

@@ -37,7 +37,7 @@ def test_at_most_two_classes_between_a_method_and_trl():
 def test_a_composition_inherits_nothing_of_its_methods():
     cls = get_trainer_class("progrpo+casp")
     assert cls.__bases__ == (ExplorationGRPOTrainer,) and cls.method == "progrpo+casp"
-    assert set(cls.__dict__) <= {"method", "method_name", "config_class", "__module__", "__doc__"}
+    assert set(cls.__dict__) <= {"method", "method_parts", "method_name", "config_class", "__module__", "__doc__"}
 
 
 def _package_classes() -> list[type]:
@@ -119,6 +119,27 @@ def test_building_a_trainer_patches_nothing_process_wide(tmp_path):
     assert warnings.filters == filters and other.is_deepspeed_available is deepspeed_check
     trainer.train()
     assert warnings.filters == filters and other.is_deepspeed_available is deepspeed_check
+
+
+def test_a_method_string_is_parsed_once_from_the_class_to_the_card(tmp_path, monkeypatch):
+    """get_trainer_class parses it; the trainer's strategies and its card read the class's `method_parts`."""
+    from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
+
+    calls = []
+    original = methods.parse_method
+    monkeypatch.setattr(methods, "parse_method", lambda method: calls.append(method) or original(method))
+    from exploration_trl.trainers import registry
+
+    monkeypatch.setattr(registry, "parse_method", methods.parse_method)
+    cls = get_trainer_class("kl_cov+progrpo")
+    assert calls == ["kl_cov+progrpo"] and cls.method_parts == ("progrpo", "kl_cov")
+    trainer = cls(model=toy_checkpoint(tmp_path / "ckpt"), reward_funcs=letter_reward, train_dataset=toy_dataset(),
+                  args=cls.config_class(**grpo_kwargs(tmp_path / "out", max_steps=1)))
+    assert [s.name for s in trainer.strategies] == ["progrpo", "kl_cov"]
+    trainer.create_model_card()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "The trainer is `ProGRPOKLCovTrainer` from" in card
+    assert calls == ["kl_cov+progrpo"] and ExplorationGRPOTrainer.method_parts == ()  # GRPO: no strategy
 
 
 def test_writing_a_card_parses_the_method_string_once(tmp_path, monkeypatch):

@@ -58,6 +58,7 @@ def write_trainer_card(trainer: Any, output_dir: str | Path | None = None, datas
     """
     from accelerate.utils import is_peft_model
 
+    from ..methods import records
     from .cards import write_model_card
 
     info = dict(getattr(trainer, "model_card_info", None) or {})
@@ -65,7 +66,7 @@ def write_trainer_card(trainer: Any, output_dir: str | Path | None = None, datas
     try:
         return write_model_card(
             output_dir,
-            method=getattr(trainer, "method_name", "grpo"),
+            method=records(getattr(type(trainer), "method_parts", ())),  # parsed once, with the trainer's class
             base_model=info.get("base_model") or _base_model(trainer.model),
             dataset=dataset or info.get("dataset") or _dataset_name(trainer.train_dataset),
             training_args=trainer.args,

@@ -75,6 +75,9 @@ class ExplorationGRPOTrainer(GRPOTrainer):
     config_class = ExplorationGRPOConfig
     #: The registered method (or `advantage+loss` composition) whose strategies this class runs; None: GRPO.
     method: str | None = None
+    #: `method` parsed once, when its class is made (`strategy.bind_public_class`): what the strategies and the card
+    #: read; () for GRPO.
+    method_parts: tuple[str, ...] = ()
     #: True once `__init__` has built the package's state; until then every override is TRL's method.
     _assembled = False
 

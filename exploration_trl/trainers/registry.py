@@ -78,7 +78,8 @@ def _composed(registered: tuple[type, ...], method: str) -> tuple[type, type]:
     namespace["composed_method"] = method
     config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), namespace))
     trainer_cls = type(f"{name}Trainer", (ExplorationGRPOTrainer,), {
-        "method": method, "method_name": method, "config_class": config_cls, "__module__": __name__,
+        "method": method, "method_parts": tuple(method.split("+")), "method_name": method, "config_class": config_cls,
+        "__module__": __name__,
         "__doc__": f"TRL's `GRPOTrainer` with {' and '.join(method.split('+'))} (`method: {method}`).",
     })
     return trainer_cls, config_cls

@@ -139,12 +139,10 @@ def run_hook(trainer, strategy: Strategy, hook: str, *args):
 
 def build_strategies(trainer) -> list[Strategy]:
     """The strategies of `trainer.method` (advantage side first), made for `trainer`; none for GRPO."""
-    from ..methods import parse_method, strategy_of
+    from ..methods import strategy_of
 
-    if trainer.method is None:
-        return []
     strategies = []
-    for part in parse_method(trainer.method):
+    for part in type(trainer).method_parts:
         cls = strategy_of(part)
         if cls is None:  # GRPO, the one method registered as a trainer class: no strategy
             continue
@@ -159,13 +157,18 @@ def build_strategies(trainer) -> list[Strategy]:
 def bind_public_class(cls: type) -> None:
     """Called for every trainer class: a public method class is thin, `method = "<name>"`, and this binds it to the
     registered strategy (its config class, its hook and name for cards) and records it as the method's trainer
-    (`methods.bind_trainer`). A composition's class (`"a+b"`) is built by the registry with its own config."""
+    (`methods.bind_trainer`). A composition's class (`"a+b"`) is built by the registry with its own config. Either
+    way the method string is parsed here, once, into `method_parts`, which the strategies and the card read."""
     from ..methods import bind_trainer, parse_method, strategy_of
 
     method = cls.__dict__.get("method")
-    if method is None or "+" in method:
+    if method is None:
         return
-    strategy = strategy_of(parse_method(method)[0])
+    if "method_parts" not in cls.__dict__:  # the registry's composed classes bring theirs
+        cls.method_parts = parse_method(method)
+    if len(cls.method_parts) > 1:
+        return
+    strategy = strategy_of(cls.method_parts[0])
     if strategy is None:
         raise ValueError(f"{cls.__name__} binds method {method!r}, which is not a registered strategy")
     if "config_class" not in cls.__dict__:
