@@ -12,6 +12,8 @@ Files written to ``output_dir``:
   :func:`summarize`), written atomically (temporary file in the same folder + ``os.replace``).
 * ``pass_at_k.png`` - the pass@k curve.
 
+The folder's names and what a rerun resumes from: :mod:`exploration_trl.eval.run_folder`.
+
 Correctness: one definition with training, :func:`exploration_trl.rewards.is_correct`: a completion is correct when
 its reward is above ``correct_reward_threshold`` (0: the benchmarks' verifiers give 1 to a right answer and 0
 otherwise, with no partial credit); a ``None`` reward counts as wrong.
@@ -26,7 +28,6 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,17 @@ from exploration_trl.eval.results import (
     load_results,
     package_versions,
     write_json_atomic,
+)
+from exploration_trl.eval.run_folder import (
+    PLOT_FILE,
+    SAMPLES_FILE,
+    SAMPLING_KEYS,
+    _delete_outputs,
+    _finished_problems,
+    _model_as_given,
+    _model_id,
+    _portable,
+    default_output_dir,
 )
 from exploration_trl.rewards._base import DEFAULT_CORRECT_THRESHOLD, is_correct
 
@@ -58,9 +70,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 RESULTS_SCHEMA = "exploration_trl.eval/results/v1"
-SAMPLES_FILE, PLOT_FILE = "samples.jsonl", "pass_at_k.png"
-#: Settings that determine the samples; a resumed run must match them exactly.
-SAMPLING_KEYS = ("model", "benchmark", "reward", "n", "temperature", "top_p", "max_tokens", "seed", "backend")
 #: Correct means reward > this (the default of training's `correct_reward_threshold`; see `is_correct`).
 CORRECT_REWARD_THRESHOLD = DEFAULT_CORRECT_THRESHOLD
 
@@ -91,75 +100,6 @@ def extract_answer(text: str, answer_type: str) -> str | None:
         eq = re.sub(r"\s+", "", eq).split("=")[0]
         return eq if re.fullmatch(r"[\d+\-*/().]+", eq) and re.search(r"\d", eq) else None
     return None
-
-
-# --------------------------------------------------------------------------------------------- files
-def _read_samples(path: Path) -> list[dict]:
-    """Finished problems from ``samples.jsonl``; a partial last line (crash mid-write) is cut off."""
-    if not path.exists():
-        return []
-    raw = path.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        cut = raw.rfind(b"\n") + 1
-        with open(path, "r+b") as f:
-            f.truncate(cut)
-        raw = raw[:cut]
-    rows = []
-    for lineno, line in enumerate(raw.decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise EvalError(f"{path}:{lineno} is not valid JSON; delete the file or rerun with --overwrite") from None
-    return rows
-
-
-def _model_id(model: Any) -> str:
-    if isinstance(model, tuple):
-        model = model[0]
-    if isinstance(model, (str, os.PathLike)):
-        p = Path(model).expanduser()
-        return str(p.resolve()) if p.exists() else str(model)
-    return str(getattr(model, "name_or_path", "") or type(model).__name__)
-
-
-def _portable(sampling: dict, out: Path) -> dict:
-    """`sampling` with a local model folder or benchmark file named relative to the output folder `out` (where
-    results.json lives) instead of by its absolute path, so that what `push` uploads holds no local path."""
-    portable = dict(sampling)
-    for key in ("model", "benchmark"):
-        value = portable.get(key)
-        if isinstance(value, str) and os.path.isabs(value) and os.path.exists(value):
-            portable[key] = Path(os.path.relpath(Path(value).resolve(), out.resolve())).as_posix()
-    return portable
-
-
-def _model_as_given(model: Any, portable_id: str) -> str:
-    """results.json's `model`: a local folder as the caller named it (`--model out` stays `out`, relative to the
-    working directory), not the settings' path relative to the results folder (`../../out`, what resuming and the
-    model card use). An absolute path stays the portable one: results.json is uploaded by `push`."""
-    if isinstance(model, tuple):
-        model = model[0]
-    if isinstance(model, (str, os.PathLike)) and not os.path.isabs(os.path.expanduser(os.fspath(model))):
-        return os.fspath(model)
-    return portable_id
-
-
-def default_output_dir(model: Any, benchmark: str, n: int, temperature: float) -> Path:
-    """``runs/eval/<model>__<benchmark>__n<n>_t<temperature>`` (relative to the working directory)."""
-    name = Path(_model_id(model).rstrip("/")).name or "model"
-    bench = Path(str(benchmark)).name
-    for suffix in (".jsonl.gz", ".jsonl", ".json", ".parquet"):
-        if bench.endswith(suffix):
-            bench = bench[: -len(suffix)]
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{name}__{bench}__n{n}_t{temperature:g}")
-    return Path("runs") / "eval" / safe
-
-
-def _diff(old: Mapping, new: Mapping) -> str:
-    parts = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in SAMPLING_KEYS if old.get(k) != new.get(k)]
-    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------- summary
@@ -311,150 +251,40 @@ def run_eval(
     Returns:
         The ``results.json`` content.
     """
-    from tqdm.auto import tqdm
-
-    from exploration_trl.eval.generation import load_generator, resolve_backend
-    from exploration_trl.rewards import get_reward
+    from exploration_trl.eval.generation import resolve_backend
     from exploration_trl.metrics.passk import parse_ks
 
-    if int(n) < 1:
-        raise EvalError(f"n must be >= 1, got {n}")
-    if not (temperature >= 0):
-        raise EvalError(f"temperature must be >= 0, got {temperature}")
-    if not (0 < top_p <= 1):
-        raise EvalError(f"top_p must be in (0, 1], got {top_p}")
-    if int(max_tokens) < 1 or int(batch_size) < 1:
-        raise EvalError("max_tokens and batch_size must be positive")
-    n, max_tokens, batch_size, seed = int(n), int(max_tokens), int(batch_size), int(seed)
+    n, max_tokens, batch_size, seed = _checked_settings(n, temperature, top_p, max_tokens, batch_size, seed)
     ks = parse_ks(ks, n, error=EvalError) if ks is not None else None
-
-    if isinstance(benchmark, Benchmark):
-        bench = benchmark
-        if limit is not None:
-            bench = Benchmark(**{**bench.__dict__, "records": bench.records[: int(limit)]})
-    else:
-        bench = load_benchmark(benchmark, limit=limit, question_column=question_column,
-                               answer_column=answer_column, reward=reward)
-    if not bench.records:
-        raise EvalError(f"benchmark {bench.name!r} has no problems")
-    try:
-        reward_fn = get_reward(bench.reward, **bench.reward_kwargs)
-    except (KeyError, ValueError) as e:
-        raise EvalError(f"unknown reward {bench.reward!r}: {e}") from None
-
-    from exploration_trl.eval.benchmarks import BUILTIN_BENCHMARKS
-
-    builtin = bench.name in BUILTIN_BENCHMARKS and bench.source.startswith(str(Path(__file__).resolve().parent.parent))
-    sampling = {
-        "model": _model_id(model),
-        "benchmark": bench.name if builtin else (bench.source or bench.name),
-        "reward": bench.reward,
-        "n": n,
-        "temperature": float(temperature),
-        "top_p": float(top_p),
-        "max_tokens": max_tokens,
-        "seed": seed,
-        "backend": backend,
-    }
+    bench = _resolve_benchmark(benchmark, limit, question_column, answer_column, reward)
+    reward_fn = _reward_function(bench)
+    sampling = _sampling_settings(model, bench, n, temperature, top_p, max_tokens, seed, backend)
     out = Path(output_dir) if output_dir is not None else default_output_dir(model, bench.name, n, temperature)
     out.mkdir(parents=True, exist_ok=True)
     model_name = Path(sampling["model"]).name or str(sampling["model"])
     sampling = _portable(sampling, out)  # no absolute local path in results.json / samples.jsonl (they get pushed)
-    samples_path, results_path = out / SAMPLES_FILE, out / RESULTS_FILE
     if overwrite:
-        for name in (SAMPLES_FILE, RESULTS_FILE, PLOT_FILE):
-            if (out / name).exists():
-                (out / name).unlink()
-
-    # ---- resume / refuse
-    rows = _read_samples(samples_path)
-    previous = [r.get("settings") for r in rows]
-    if results_path.exists():
-        try:
-            previous.append(json.loads(results_path.read_text()).get("settings"))
-        except (json.JSONDecodeError, AttributeError):
-            pass
-    for prev in previous:
-        prev_sampling = _portable({k: (prev or {}).get(k) for k in SAMPLING_KEYS}, out)  # 0.2.0 wrote absolute paths
-        if prev_sampling != sampling:
-            raise EvalError(
-                f"{out} holds a run with different settings ({_diff(prev_sampling, sampling)}); "
-                "use a new --output-dir or --overwrite"
-            )
-    done = {}
-    for r in rows:
-        i = r["index"]
-        if i < len(bench.records) and str(bench.records[i]["id"]) != str(r["id"]):
-            raise EvalError(
-                f"{samples_path}: problem {i} has id {r['id']!r} but the benchmark has {bench.records[i]['id']!r}; "
-                "use a new --output-dir or --overwrite"
-            )
-        done[i] = r
+        _delete_outputs(out)
+    done = _finished_problems(out, bench, sampling)
     todo = [i for i in range(len(bench.records)) if i not in done]
 
     resolved_backend = resolve_backend(backend, model if not isinstance(model, tuple) else model[0])
     start = time.time()
     gen_seconds = 0.0
     if todo:
-        logger.info("%d of %d problems to generate (%d already in %s)", len(todo), len(bench.records),
-                    len(bench.records) - len(todo), samples_path)
-        generator = load_generator(model, backend=resolved_backend, tokenizer=tokenizer, seed=seed,
-                                   vllm_memory_utilization=vllm_memory_utilization)
-        resolved_backend = generator.backend
-        # Fixed chunk boundaries (independent of what is already done) keep transformers batches - and so
-        # the samples - identical between an interrupted-and-resumed run and an uninterrupted one.
-        per_chunk = max(1, batch_size // n) if resolved_backend == "transformers" else max(1, 4096 // n)
-        chunks: dict[int, list[int]] = {}
-        for i in todo:
-            chunks.setdefault(i // per_chunk, []).append(i)
-        bar = tqdm(total=len(bench.records), initial=len(bench.records) - len(todo), desc=f"eval {bench.name}",
-                   unit="problem", disable=not progress)
-        # The sampling bar nests under this one only in a terminal: elsewhere its cursor moves (`ESC[A`) litter the
-        # log, and the problem bar alone shows the progress.
-        inner_progress = progress and sys.stderr.isatty()
-        try:
-            with open(samples_path, "a", encoding="utf-8") as fh:
-                for idx in chunks.values():
-                    recs = [bench.records[i] for i in idx]
-                    t0 = time.time()
-                    samples = generator.generate(
-                        [r["prompt"] for r in recs], n, temperature=temperature, top_p=top_p,
-                        max_new_tokens=max_tokens, batch_size=batch_size,
-                        seeds=[derive_seed(seed, i, str(r["id"])) for i, r in zip(idx, recs)],
-                        progress=inner_progress,
-                    )
-                    elapsed = (time.time() - t0) / len(idx)
-                    for i, rec, s in zip(idx, recs, samples):
-                        row = _grade(i, rec, s, bench, reward_fn, sampling, elapsed)
-                        fh.write(json.dumps(clean_json(row), ensure_ascii=False, default=json_default) + "\n")
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                        done[i] = row
-                        gen_seconds += elapsed
-                        bar.update(1)
-        finally:
-            bar.close()
-            generator.close()
+        resolved_backend, gen_seconds = _sample_and_grade(
+            model, bench, todo, done, out / SAMPLES_FILE, sampling, reward_fn, backend=resolved_backend,
+            tokenizer=tokenizer, vllm_memory_utilization=vllm_memory_utilization, n=n, temperature=temperature,
+            top_p=top_p, max_tokens=max_tokens, batch_size=batch_size, seed=seed, progress=progress,
+        )
 
     ordered = [done[i] for i in range(len(bench.records))]
-    try:  # completions the reward could not score (verifier crash/timeout), counted by the rewards module
-        from exploration_trl.rewards import pop_failure_counts
-
-        reward_failures = pop_failure_counts()
-    except ImportError:
-        reward_failures = None
+    reward_failures = _pop_reward_failures()
     summary = summarize(ordered, ks=ks, answer_type=bench.answer_type, diversity=diversity, semantic=semantic)
     results = {
         "schema": RESULTS_SCHEMA,
         "model": _model_as_given(model, sampling["model"]),
-        "benchmark": {
-            "name": bench.name,
-            "source": bench.source,
-            "reward": bench.reward,
-            "num_problems": len(bench.records),
-            "prompt_format": bench.prompt_format,
-            "answer_type": bench.answer_type,
-        },
+        "benchmark": _benchmark_record(bench),
         "settings": {
             **sampling,
             "resolved_backend": resolved_backend,
@@ -467,34 +297,194 @@ def run_eval(
         },
         "versions": package_versions(),
         "summary": summary,
-        "problems": [
-            clean_json({
-                "index": r["index"],
-                "id": r["id"],
-                "n": len(r["correct"]),
-                "c": int(sum(bool(x) for x in r["correct"])),
-                "gold": r.get("gold"),
-                "answers": r.get("answers"),
-                "mean_entropy": _mean(r.get("entropies") or []),
-                "mean_tokens": _mean(r.get("num_tokens") or []),
-            })
-            for r in ordered
-        ],
-        "timing": {
-            "generation_seconds_this_run": round(gen_seconds, 3),
-            "wall_seconds_this_run": round(time.time() - start, 3),
-            "generation_seconds_total": round(sum(r.get("seconds") or 0.0 for r in ordered), 3),
-        },
+        "problems": [_problem_record(r) for r in ordered],
+        "timing": _timing(gen_seconds, start, ordered),
         "reward_failures_this_run": reward_failures,
         "files": {"samples": SAMPLES_FILE, "plot": PLOT_FILE if plot else None},
     }
-    write_json_atomic(results_path, results)
+    _write_results(out, results, plot, label=f"{model_name} ({bench.name})")
+    results["path"] = str(out / RESULTS_FILE)
+    return results
+
+
+# ---- run_eval's steps, in the order it takes them
+def _checked_settings(n, temperature, top_p, max_tokens, batch_size, seed) -> tuple[int, int, int, int]:
+    """`(n, max_tokens, batch_size, seed)` as ints, after refusing settings that cannot sample: before any model or
+    benchmark is loaded, so that a typo fails in a second."""
+    if int(n) < 1:
+        raise EvalError(f"n must be >= 1, got {n}")
+    if not (temperature >= 0):
+        raise EvalError(f"temperature must be >= 0, got {temperature}")
+    if not (0 < top_p <= 1):
+        raise EvalError(f"top_p must be in (0, 1], got {top_p}")
+    if int(max_tokens) < 1 or int(batch_size) < 1:
+        raise EvalError("max_tokens and batch_size must be positive")
+    return int(n), int(max_tokens), int(batch_size), int(seed)
+
+
+def _resolve_benchmark(benchmark, limit, question_column, answer_column, reward) -> Benchmark:
+    """The problems to evaluate (the first `limit`), from a name, a file or a `Benchmark`; an empty one is refused
+    here rather than summarised as nothing."""
+    if isinstance(benchmark, Benchmark):
+        bench = benchmark
+        if limit is not None:
+            bench = Benchmark(**{**bench.__dict__, "records": bench.records[: int(limit)]})
+    else:
+        bench = load_benchmark(benchmark, limit=limit, question_column=question_column,
+                               answer_column=answer_column, reward=reward)
+    if not bench.records:
+        raise EvalError(f"benchmark {bench.name!r} has no problems")
+    return bench
+
+
+def _reward_function(bench: Benchmark):
+    """The benchmark's reward, looked up before sampling so that an unknown name costs no generation."""
+    from exploration_trl.rewards import get_reward
+
+    try:
+        return get_reward(bench.reward, **bench.reward_kwargs)
+    except (KeyError, ValueError) as e:
+        raise EvalError(f"unknown reward {bench.reward!r}: {e}") from None
+
+
+def _sampling_settings(model, bench: Benchmark, n, temperature, top_p, max_tokens, seed, backend) -> dict:
+    """The `SAMPLING_KEYS` that decide the samples, which a resumed run must match. A packaged benchmark is named
+    by its name, not by the path of the installed file (which changes between installs)."""
+    from exploration_trl.eval.benchmarks import BUILTIN_BENCHMARKS
+
+    builtin = bench.name in BUILTIN_BENCHMARKS and bench.source.startswith(str(Path(__file__).resolve().parent.parent))
+    return {
+        "model": _model_id(model),
+        "benchmark": bench.name if builtin else (bench.source or bench.name),
+        "reward": bench.reward,
+        "n": n,
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "backend": backend,
+    }
+
+
+def _chunks(todo: list[int], backend: str, batch_size: int, n: int) -> list[list[int]]:
+    """The problems of `todo` grouped into generation calls. Fixed chunk boundaries (independent of what is already
+    done) keep transformers batches - and so the samples - identical between an interrupted-and-resumed run and an
+    uninterrupted one."""
+    per_chunk = max(1, batch_size // n) if backend == "transformers" else max(1, 4096 // n)
+    chunks: dict[int, list[int]] = {}
+    for i in todo:
+        chunks.setdefault(i // per_chunk, []).append(i)
+    return list(chunks.values())
+
+
+def _sample_and_grade(
+    model, bench: Benchmark, todo: list[int], done: dict[int, dict], samples_path: Path, sampling: dict, reward_fn, *,
+    backend: str, tokenizer, vllm_memory_utilization, n: int, temperature, top_p, max_tokens: int, batch_size: int,
+    seed: int, progress: bool,
+) -> tuple[str, float]:
+    """Generate and grade the problems of `todo`, adding each to `done` and appending it to `samples.jsonl` as soon
+    as it is graded, so that an interrupted run loses at most one chunk. Returns `(the backend that ran, generation
+    seconds)`."""
+    from tqdm.auto import tqdm
+
+    from exploration_trl.eval.generation import load_generator
+
+    logger.info("%d of %d problems to generate (%d already in %s)", len(todo), len(bench.records),
+                len(bench.records) - len(todo), samples_path)
+    generator = load_generator(model, backend=backend, tokenizer=tokenizer, seed=seed,
+                               vllm_memory_utilization=vllm_memory_utilization)
+    gen_seconds = 0.0
+    bar = tqdm(total=len(bench.records), initial=len(bench.records) - len(todo), desc=f"eval {bench.name}",
+               unit="problem", disable=not progress)
+    # The sampling bar nests under this one only in a terminal: elsewhere its cursor moves (`ESC[A`) litter the
+    # log, and the problem bar alone shows the progress.
+    inner_progress = progress and sys.stderr.isatty()
+    try:
+        with open(samples_path, "a", encoding="utf-8") as fh:
+            for idx in _chunks(todo, generator.backend, batch_size, n):
+                recs = [bench.records[i] for i in idx]
+                t0 = time.time()
+                samples = generator.generate(
+                    [r["prompt"] for r in recs], n, temperature=temperature, top_p=top_p,
+                    max_new_tokens=max_tokens, batch_size=batch_size,
+                    seeds=[derive_seed(seed, i, str(r["id"])) for i, r in zip(idx, recs)],
+                    progress=inner_progress,
+                )
+                elapsed = (time.time() - t0) / len(idx)
+                for i, rec, s in zip(idx, recs, samples):
+                    row = _grade(i, rec, s, bench, reward_fn, sampling, elapsed)
+                    _append_row(fh, row)
+                    done[i] = row
+                    gen_seconds += elapsed
+                    bar.update(1)
+    finally:
+        bar.close()
+        generator.close()
+    return generator.backend, gen_seconds
+
+
+def _append_row(fh, row: dict) -> None:
+    """One finished problem, on disk (flushed and synced) before the next is generated: what resuming relies on."""
+    fh.write(json.dumps(clean_json(row), ensure_ascii=False, default=json_default) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _pop_reward_failures() -> dict | None:
+    """Completions the reward could not score (verifier crash or timeout) in this run, as the rewards module counted
+    them; None when it cannot say."""
+    try:
+        from exploration_trl.rewards import pop_failure_counts
+
+        return pop_failure_counts()
+    except ImportError:
+        return None
+
+
+def _benchmark_record(bench: Benchmark) -> dict:
+    """results.json's `benchmark`: what was evaluated, enough to tell two runs' problems apart."""
+    return {
+        "name": bench.name,
+        "source": bench.source,
+        "reward": bench.reward,
+        "num_problems": len(bench.records),
+        "prompt_format": bench.prompt_format,
+        "answer_type": bench.answer_type,
+    }
+
+
+def _problem_record(row: dict) -> dict:
+    """results.json's entry for one problem: its counts (`n`, `c`, what pass@k is computed from) and answers, without
+    the completions (those stay in samples.jsonl)."""
+    return clean_json({
+        "index": row["index"],
+        "id": row["id"],
+        "n": len(row["correct"]),
+        "c": int(sum(bool(x) for x in row["correct"])),
+        "gold": row.get("gold"),
+        "answers": row.get("answers"),
+        "mean_entropy": _mean(row.get("entropies") or []),
+        "mean_tokens": _mean(row.get("num_tokens") or []),
+    })
+
+
+def _timing(gen_seconds: float, start: float, ordered: list[dict]) -> dict:
+    """Seconds spent by this call (generation, and everything since the backend was chosen) and by all the runs that
+    produced these samples."""
+    return {
+        "generation_seconds_this_run": round(gen_seconds, 3),
+        "wall_seconds_this_run": round(time.time() - start, 3),
+        "generation_seconds_total": round(sum(r.get("seconds") or 0.0 for r in ordered), 3),
+    }
+
+
+def _write_results(out: Path, results: dict, plot: bool, label: str) -> None:
+    """results.json (atomically: a crash leaves the previous one) and, with `plot`, the pass@k curve."""
+    write_json_atomic(out / RESULTS_FILE, results)
     if plot:
         from exploration_trl.eval.plots import plot_pass_at_k
 
-        plot_pass_at_k([results], out / PLOT_FILE, labels=[f"{model_name} ({bench.name})"])
-    results["path"] = str(results_path)
-    return results
+        plot_pass_at_k([results], out / PLOT_FILE, labels=[label])
 
 
 def _grade(index: int, rec: dict, samples, bench: Benchmark, reward_fn, sampling: dict, seconds: float) -> dict:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from exploration_trl.eval.model_source import looks_local
 from exploration_trl.eval.results import package_versions, write_atomic
@@ -117,15 +117,25 @@ def _mentions(dataset: Any, word: str) -> bool:
     return any(word in str(n).lower() for n in names)
 
 
-def _training_record(infos: list | None, training_args: Any, state: Mapping) -> tuple[dict, bool, list, str]:
-    """`(hyperparameters, STILL on, framework versions, trainer name)`: from this call's config, else as recorded
-    when the card was first written. `infos`: the method's records (None: not registered in this process)."""
+class _Training(NamedTuple):
+    """What the card says about the training run: the settings, whether STILL shaping was on, the framework versions
+    and the trainer class."""
+
+    hyperparameters: dict
+    still: bool
+    versions: list
+    trainer: str
+
+
+def _training_record(infos: list | None, training_args: Any, state: Mapping) -> _Training:
+    """From this call's config, else as recorded when the card was first written. `infos`: the method's records
+    (None: not registered in this process)."""
     if training_args is not None:
         hp = extract_hyperparameters(_need(infos), training_args)
-        return hp, still_on(training_args), list(package_versions().items()), trainer_name(_need(infos))
+        return _Training(hp, still_on(training_args), list(package_versions().items()), trainer_name(_need(infos)))
     hp = {k: [tuple(x) for x in v] for k, v in (state.get("hyperparameters") or {"method": [], "grpo": []}).items()}
     versions = [tuple(x) for x in state.get("versions") or package_versions().items()]
-    return hp, bool(state.get("still")), versions, state.get("trainer") or trainer_name(_need(infos))
+    return _Training(hp, bool(state.get("still")), versions, state.get("trainer") or trainer_name(_need(infos)))
 
 
 def _recorded(method: str, state: Mapping) -> dict | None:
@@ -152,6 +162,192 @@ def _need(infos: list | None) -> list:
     return infos
 
 
+def _public_name(path: str) -> str:
+    """A path as a pushed card may show it: a relative path as given, an absolute one by its folder name only."""
+    return Path(path).name or path if os.path.isabs(os.path.expanduser(path)) else path
+
+
+def render_model_card(
+    output_dir: str | Path,
+    method: str | None = None,
+    base_model: str | None = None,
+    dataset: Any = None,
+    training_args: Any = None,
+    log_history: Sequence[Mapping] | None = None,
+    is_adapter: bool | None = None,
+    results: Any = None,
+    repo_id: str | None = None,
+    reward_funcs: Sequence[str] | None = None,
+    template: str | Path | None = None,
+    outcome: Mapping | None = None,
+    adapter_config: Mapping | None = None,
+    heldout_benchmark: str | None = None,
+) -> RenderedCard:
+    """Render the card for `output_dir` without writing anything (see :func:`write_model_card`).
+
+    The inputs are gathered first (`_card_inputs`, `_training_record`, the results and curves, `_card_names`); then
+    each section of the template gets its values from one function, in the card's order: `_card_header`, `_intro`,
+    `_method_part`, `_evaluation_part`, `_training_part`, `_usage`, `_card_state`."""
+    from huggingface_hub import ModelCard
+
+    card = _card_inputs(output_dir, method, base_model, dataset, is_adapter, repo_id, reward_funcs, outcome,
+                        adapter_config, heldout_benchmark)
+    training = _training_record(card.infos, training_args, card.state)
+    found = card_results(card.output_dir, results, card.base_model, card.state.get("results") or [])
+    png, curves, summary = card_curves(card.output_dir, log_history, card.state.get("training_summary"),
+                                       _final_heldout_pass_at_k(found, card.heldout_benchmark))
+    names = _card_names(card)
+    section = _method_section(card.method, card.infos, training.still, card.state)
+    countdown = _mentions(card.dataset, "countdown")
+    rendered = ModelCard.from_template(
+        _card_header(card, names, section, found),
+        template_str=_template_text(template),
+        model_name=names.model,
+        intro=_intro(card, names, section["display"]),
+        **_method_part(section, training.trainer),
+        **_evaluation_part(found, names, countdown, card.repo_id),
+        **_training_part(card, names, training, summary, curves),
+        usage=_usage(names.load_id, card.adapter, countdown=countdown,
+                     countdown_tiny=_mentions(card.dataset, "countdown-tiny")),
+        versions=training.versions,
+        bibtex=section["bibtex"],
+        user_notes=kept_notes(card.readme),
+        state=dump_state(_card_state(card, names, training, section, summary, found)),
+    )
+    text = re.sub(r"\n{3,}", "\n\n", str(rendered)).rstrip("\n") + "\n"
+    files = {CURVES_FILE: png} if png is not None else {}
+    files[CARD_FILE] = text.encode("utf-8")
+    return RenderedCard(output_dir=card.output_dir, text=text, files=files)
+
+
+# ---- the inputs: this call's arguments, else what the card recorded
+@dataclass
+class _CardInputs:
+    """What a card is made from: each argument of this call, else what the card recorded when it was last written
+    (its state), so that `write_model_card(output_dir)` alone re-renders a card with nothing lost."""
+
+    output_dir: Path
+    readme: Path
+    state: Mapping
+    method: str
+    infos: list | None
+    base_model: str | None
+    base_model_from_state: bool
+    dataset: Any
+    repo_id: str | None
+    reward_funcs: list | None
+    is_adapter: bool
+    adapter: str | None
+    lora: list
+    outcome: dict
+    heldout_benchmark: str | None
+
+
+def _card_inputs(output_dir, method, base_model, dataset, is_adapter, repo_id, reward_funcs, outcome, adapter_config,
+                 heldout_benchmark) -> _CardInputs:
+    """The card's inputs (see `_CardInputs`); refuses a folder that does not exist, and a first card without a
+    method (nothing recorded says which)."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        raise ValueError(f"output dir '{output_dir}' not found")
+    readme = output_dir / CARD_FILE
+    state = load_card_state(readme) or {}
+    method = method or state.get("method")
+    if method is None:
+        raise ValueError(
+            f"{readme} is not an exploration-trl model card yet, so the method is unknown; pass method= "
+            "(or --method) and base_model= (or --base-model)"
+        )
+    method, infos = _parsed_method(method, state)
+    # The state names a local base model by its folder name only (`base_model_local`), never by its path.
+    from_state = base_model is None and state.get("base_model") is not None
+    base_model = base_model if base_model is not None else state.get("base_model")
+    dataset = dataset if dataset is not None else state.get("dataset")
+    repo_id = repo_id or state.get("repo_id")
+    reward_funcs = list(reward_funcs) if reward_funcs is not None else state.get("reward_funcs")
+    is_adapter, adapter, lora = _adapter_facts(output_dir, is_adapter, adapter_config, state)
+    outcome = dict(outcome) if outcome is not None else dict(state.get("outcome") or {})
+    return _CardInputs(
+        output_dir=output_dir, readme=readme, state=state, method=method, infos=infos, base_model=base_model,
+        base_model_from_state=from_state, dataset=dataset, repo_id=repo_id, reward_funcs=reward_funcs,
+        is_adapter=is_adapter, adapter=adapter, lora=lora, outcome=outcome,
+        heldout_benchmark=heldout_benchmark if heldout_benchmark is not None else state.get("heldout_benchmark"),
+    )
+
+
+def _adapter_facts(output_dir: Path, is_adapter: bool | None, adapter_config: Mapping | None,
+                   state: Mapping) -> tuple[bool, str | None, list]:
+    """`(is it an adapter, its type (e.g. LoRA), its settings)`: from the folder's `adapter_config.json` unless the
+    caller passed the PEFT config; the settings a card recorded when the folder no longer says."""
+    is_adapter = bool(detect_adapter(output_dir) if is_adapter is None else is_adapter)
+    adapter = adapter_type(output_dir) if is_adapter else None
+    if adapter is not None and adapter_config is not None and adapter_config.get("peft_type"):
+        adapter = adapter_type(output_dir, adapter_config)
+    lora = (adapter_settings(output_dir, adapter_config) or [tuple(x) for x in state.get("adapter_settings") or []]
+            if is_adapter else [])
+    return is_adapter, adapter, lora
+
+
+def _final_heldout_pass_at_k(found: list[dict], heldout_benchmark: str | None) -> dict | None:
+    """The held-out benchmark evaluated during training: its row of the table (the final evaluation) ends the
+    training sentence's held-out pass@k."""
+    return next((r["pass_at_k"] for r in found if heldout_benchmark and r["benchmark"] == heldout_benchmark), None)
+
+
+@dataclass
+class _CardNames:
+    """How the card names the model, its base, its data and its folder: as the Hub may show them (no absolute local
+    path, which `push` would publish)."""
+
+    model: str
+    hub_base: str | None
+    base_display: str
+    base_public: str | None
+    dataset_ids: Any
+    dataset_display: str | None
+    shown_dir: str
+    load_id: str
+
+
+def _card_names(card: _CardInputs) -> _CardNames:
+    """The names of `_CardNames`; a local base model the card recorded stays "a local checkpoint", by its name."""
+    model_name = (card.repo_id.split("/")[-1] if card.repo_id else None) or card.output_dir.resolve().name
+    if card.base_model_from_state and card.state.get("base_model_local"):
+        hub_base, base_display = None, f"`{card.base_model}` (a local checkpoint, not on the Hub)"
+    else:
+        hub_base, base_display = resolve_base_model(card.base_model, card.output_dir)
+    base_public = hub_base or (None if card.base_model is None else _public_name(str(card.base_model)))
+    dataset_ids, dataset_display = resolve_dataset(card.dataset)
+    shown_dir = _public_name(str(card.output_dir))  # commands in the card: no absolute local path
+    return _CardNames(model=model_name, hub_base=hub_base, base_display=base_display, base_public=base_public,
+                      dataset_ids=dataset_ids, dataset_display=dataset_display, shown_dir=shown_dir,
+                      load_id=card.repo_id or shown_dir)
+
+
+# ---- the card's sections, top to bottom
+def _card_header(card: _CardInputs, names: _CardNames, section: dict, found: list[dict]):
+    """The YAML header (Hub metadata and the `model-index`). The method tags this card wrote before are replaced, so
+    that a card re-rendered for another method does not keep the old ones; metadata it does not manage is kept."""
+    previous = card.state.get("method_section") or {}
+    replaced = {*METHODS, *(s.name for s in shapings()), *previous.get("tags", []), *previous.get("shaping_tags", [])}
+    return build_card_data(existing_metadata(card.readme), section["tags"], section["shaping_tags"], replaced,
+                           names.hub_base, card.adapter, names.dataset_ids, names.model, found)
+
+
+def _intro(card: _CardInputs, names: _CardNames, method_display: str) -> str:
+    """The sentence under the title: what the model is and how it was trained. A run that changed no weight says so
+    first: the card must not present the base model as a trained one."""
+    base_display, adapter = names.base_display, card.adapter
+    what = f"a fine-tuned version of {base_display}" if adapter is None else f"a {adapter} adapter for {base_display}"
+    how = (f"**{method_display}** in [exploration-trl]({PROJECT_URL}) "
+           "(exploration-preserving RLVR methods for [TRL](https://github.com/huggingface/trl))"
+           + (f" on {names.dataset_display}" if names.dataset_display else ""))
+    if card.outcome.get("weights_changed") is False:
+        return (f"This model is {base_display} **unchanged**: a reinforcement-learning run with {how} changed no "
+                "weight (see [Training](#training)).")
+    return f"This model is {what}, trained with reinforcement learning from verifiable rewards using {how}."
+
+
 def _method_section(method: str, infos: list | None, still: bool, state: Mapping) -> dict:
     """What the card says about its method: the display name, the section's entries (name, description, paper),
     its tags and BibTeX, all from the method records (`exploration_trl.methods`). A process that has not imported the
@@ -171,9 +367,37 @@ def _method_section(method: str, infos: list | None, still: bool, state: Mapping
     }
 
 
-def _public_name(path: str) -> str:
-    """A path as a pushed card may show it: a relative path as given, an absolute one by its folder name only."""
-    return Path(path).name or path if os.path.isabs(os.path.expanduser(path)) else path
+def _method_part(section: dict, trainer: str) -> dict:
+    """The "Method" section: each method's (and shaping's) entry and the trainer class that ran it."""
+    return {"method_display": section["display"], "methods": section["entries"], "trainer_name": trainer,
+            "project_url": PROJECT_URL}
+
+
+def _evaluation_part(found: list[dict], names: _CardNames, countdown: bool, repo_id: str | None) -> dict:
+    """The "Evaluation" section: the pass@k table, or, before any evaluation, the commands that fill it in."""
+    header, rows = result_table(found)
+    return {"results": found, "result_header": header, "result_rows": rows, "load_id": names.load_id,
+            "eval_hint_bench": "countdown3" if countdown else "gsm8k", "eval_hint_dir": names.shown_dir,
+            "repo_hint": repo_id or "USER/NAME"}
+
+
+def _training_part(card: _CardInputs, names: _CardNames, training: _Training, summary: str | None,
+                   curves: str | None) -> dict:
+    """The "Training" section: data, rewards, base model, what kind of weights, what the run did, the curves and the
+    settings (adapter, method, GRPO)."""
+    return {
+        "dataset_display": names.dataset_display,
+        "reward_funcs": ", ".join(f"`{r}`" for r in card.reward_funcs) if card.reward_funcs else None,
+        "base_display": names.base_display,
+        "weights_display": (f"{card.adapter} adapter (`library_name: peft`)" if card.adapter is not None
+                            else "full model (`library_name: transformers`)"),
+        "training_summary": summary,
+        "outcome_notes": outcome_notes(card.outcome),
+        "adapter_settings": card.lora,
+        "curves": curves,
+        "method_hparams": training.hyperparameters.get("method") or [],
+        "grpo_hparams": training.hyperparameters.get("grpo") or [],
+    }
 
 
 def _usage(load_id: str, adapter: str | None, countdown: bool, countdown_tiny: bool = False) -> str:
@@ -231,145 +455,33 @@ def _usage(load_id: str, adapter: str | None, countdown: bool, countdown_tiny: b
     return f"{intro}\n\n```python\n{load}\n{gen}```\n\n{evaluate}"
 
 
-def render_model_card(
-    output_dir: str | Path,
-    method: str | None = None,
-    base_model: str | None = None,
-    dataset: Any = None,
-    training_args: Any = None,
-    log_history: Sequence[Mapping] | None = None,
-    is_adapter: bool | None = None,
-    results: Any = None,
-    repo_id: str | None = None,
-    reward_funcs: Sequence[str] | None = None,
-    template: str | Path | None = None,
-    outcome: Mapping | None = None,
-    adapter_config: Mapping | None = None,
-    heldout_benchmark: str | None = None,
-) -> RenderedCard:
-    """Render the card for `output_dir` without writing anything (see :func:`write_model_card`)."""
-    from huggingface_hub import ModelCard
-
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        raise ValueError(f"output dir '{output_dir}' not found")
-    readme = output_dir / CARD_FILE
-    state = load_card_state(readme) or {}
-    method = method or state.get("method")
-    if method is None:
-        raise ValueError(
-            f"{readme} is not an exploration-trl model card yet, so the method is unknown; pass method= "
-            "(or --method) and base_model= (or --base-model)"
-        )
-    method, infos = _parsed_method(method, state)
-    # The state names a local base model by its folder name only (`base_model_local`), never by its path.
-    from_state = base_model is None and state.get("base_model") is not None
-    base_model = base_model if base_model is not None else state.get("base_model")
-    dataset = dataset if dataset is not None else state.get("dataset")
-    repo_id = repo_id or state.get("repo_id")
-    reward_funcs = list(reward_funcs) if reward_funcs is not None else state.get("reward_funcs")
-    is_adapter = bool(detect_adapter(output_dir) if is_adapter is None else is_adapter)
-    adapter = adapter_type(output_dir) if is_adapter else None
-    if adapter is not None and adapter_config is not None and adapter_config.get("peft_type"):
-        adapter = adapter_type(output_dir, adapter_config)
-    lora = (adapter_settings(output_dir, adapter_config) or [tuple(x) for x in state.get("adapter_settings") or []]
-            if is_adapter else [])
-    outcome = dict(outcome) if outcome is not None else dict(state.get("outcome") or {})
-    notes = outcome_notes(outcome)
-
-    hp, still, versions, trainer_name = _training_record(infos, training_args, state)
-    found = card_results(output_dir, results, base_model, state.get("results") or [])
-    # The held-out benchmark evaluated during training: its row of the table (the final evaluation) ends the
-    # training sentence's held-out pass@k.
-    heldout_benchmark = heldout_benchmark if heldout_benchmark is not None else state.get("heldout_benchmark")
-    final = next((r["pass_at_k"] for r in found if heldout_benchmark and r["benchmark"] == heldout_benchmark), None)
-    png, curves, summary = card_curves(output_dir, log_history, state.get("training_summary"), final)
-
-    model_name = (repo_id.split("/")[-1] if repo_id else None) or output_dir.resolve().name
-    if from_state and state.get("base_model_local"):
-        hub_base, base_display = None, f"`{base_model}` (a local checkpoint, not on the Hub)"
-    else:
-        hub_base, base_display = resolve_base_model(base_model, output_dir)
-    base_public = hub_base or (None if base_model is None else _public_name(str(base_model)))
-    dataset_ids, dataset_display = resolve_dataset(dataset)
-    shown_dir = _public_name(str(output_dir))  # commands in the card: no absolute local path
-    load_id = repo_id or shown_dir
-    section = _method_section(method, infos, still, state)
-    previous = state.get("method_section") or {}
-    replaced = {*METHODS, *(s.name for s in shapings()), *previous.get("tags", []), *previous.get("shaping_tags", [])}
-    card_data = build_card_data(existing_metadata(readme), section["tags"], section["shaping_tags"], replaced,
-                                hub_base, adapter, dataset_ids, model_name, found)
-
-    method_display = section["display"]
-    what = f"a fine-tuned version of {base_display}" if adapter is None else f"a {adapter} adapter for {base_display}"
-    how = (f"**{method_display}** in [exploration-trl]({PROJECT_URL}) "
-           "(exploration-preserving RLVR methods for [TRL](https://github.com/huggingface/trl))"
-           + (f" on {dataset_display}" if dataset_display else ""))
-    if outcome.get("weights_changed") is False:
-        intro = (f"This model is {base_display} **unchanged**: a reinforcement-learning run with {how} changed no "
-                 "weight (see [Training](#training)).")
-    else:
-        intro = f"This model is {what}, trained with reinforcement learning from verifiable rewards using {how}."
-    header, rows = result_table(found)
-    countdown = _mentions(dataset, "countdown")
-    new_state = {
+def _card_state(card: _CardInputs, names: _CardNames, training: _Training, section: dict, summary: str | None,
+                found: list[dict]) -> dict:
+    """The inputs kept in the card (an HTML comment at its end), so that the next call can update it without them.
+    Local paths are kept as names only: the card is pushed."""
+    base_model = card.base_model
+    return {
         "version": STATE_VERSION,
-        "method": method,
-        "base_model": base_public,
-        "base_model_local": bool(base_model is not None and hub_base is None and (
-            (from_state and state.get("base_model_local")) or looks_local(str(base_model)))),
-        "dataset": dataset if dataset is None or isinstance(dataset, str) else [str(d) for d in dataset],
-        "repo_id": repo_id,
-        "reward_funcs": reward_funcs,
-        "is_adapter": is_adapter,
-        "trainer": trainer_name,
-        "still": still,
+        "method": card.method,
+        "base_model": names.base_public,
+        "base_model_local": bool(base_model is not None and names.hub_base is None and (
+            (card.base_model_from_state and card.state.get("base_model_local")) or looks_local(str(base_model)))),
+        "dataset": card.dataset if card.dataset is None or isinstance(card.dataset, str)
+        else [str(d) for d in card.dataset],
+        "repo_id": card.repo_id,
+        "reward_funcs": card.reward_funcs,
+        "is_adapter": card.is_adapter,
+        "trainer": training.trainer,
+        "still": training.still,
         "method_section": section,
-        "hyperparameters": hp,
-        "versions": versions,
+        "hyperparameters": training.hyperparameters,
+        "versions": training.versions,
         "training_summary": summary,
-        "heldout_benchmark": heldout_benchmark,
-        "outcome": outcome or None,
-        "adapter_settings": lora or None,
-        "results": [state_result(r, output_dir) for r in found],
+        "heldout_benchmark": card.heldout_benchmark,
+        "outcome": card.outcome or None,
+        "adapter_settings": card.lora or None,
+        "results": [state_result(r, card.output_dir) for r in found],
     }
-    card = ModelCard.from_template(
-        card_data,
-        template_str=_template_text(template),
-        model_name=model_name,
-        intro=intro,
-        method_display=method_display,
-        methods=section["entries"],
-        trainer_name=trainer_name,
-        project_url=PROJECT_URL,
-        results=found,
-        result_header=header,
-        result_rows=rows,
-        load_id=load_id,
-        eval_hint_bench="countdown3" if countdown else "gsm8k",
-        eval_hint_dir=shown_dir,
-        repo_hint=repo_id or "USER/NAME",
-        dataset_display=dataset_display,
-        reward_funcs=", ".join(f"`{r}`" for r in reward_funcs) if reward_funcs else None,
-        base_display=base_display,
-        weights_display=(f"{adapter} adapter (`library_name: peft`)" if adapter is not None
-                         else "full model (`library_name: transformers`)"),
-        training_summary=summary,
-        outcome_notes=notes,
-        adapter_settings=lora,
-        curves=curves,
-        method_hparams=hp.get("method") or [],
-        grpo_hparams=hp.get("grpo") or [],
-        usage=_usage(load_id, adapter, countdown=countdown, countdown_tiny=_mentions(dataset, "countdown-tiny")),
-        versions=versions,
-        bibtex=section["bibtex"],
-        user_notes=kept_notes(readme),
-        state=dump_state(new_state),
-    )
-    text = re.sub(r"\n{3,}", "\n\n", str(card)).rstrip("\n") + "\n"
-    files = {CURVES_FILE: png} if png is not None else {}
-    files[CARD_FILE] = text.encode("utf-8")
-    return RenderedCard(output_dir=output_dir, text=text, files=files)
 
 
 def write_model_card(

@@ -102,7 +102,7 @@ def math_answers_equivalent(a: Any, b: Any) -> bool:
         return True
     if not isinstance(a, str) or not isinstance(b, str):
         return False
-    from exploration_trl.rewards.math import _math_verify  # lazy: math-verify loads sympy
+    from exploration_trl.rewards.math_verifier import _math_verify  # lazy: math-verify loads sympy
 
     mv = _math_verify()
     try:
