@@ -17,6 +17,11 @@ loads unless `VERL_USE_EXTERNAL_PLUGINS=none`. verl's trainer then calls an esti
 workers first), so the completions of one prompt are found by their uid, and groups may differ in size; each group is
 padded to the largest one with unscored rows, which the core functions leave out of every statistic and give 0.
 
+Not registered, because verl has them already (docs/verl.md compares the numbers): GRPO (verl's `grpo` estimator),
+KL-Cov and Clip-Cov (verl's `kl_cov` and `clip_cov` policy losses) and PKPO at k = G, unnormalised (verl's
+`grpo_passk`). The other methods need inputs an estimator or a policy loss does not receive (log-probs, entropies,
+logits, final answers); docs/verl.md lists them.
+
 Options are read from the algorithm config's `etrl` section (`+algorithm.etrl.passk_k=4`). Their names, defaults
 and checks are the TRL configs' (`PasskConfig`, `PKPOConfig`, `MaxRLConfig`, `WReinforceConfig`, `QAEConfig`;
 `correct_reward_threshold` from `ExplorationGRPOConfig`); `scale_rewards` defaults to verl's own
