@@ -39,6 +39,8 @@ LAYERS = (
     ("exploration_trl.trainers",),
     ("exploration_trl.experiments",),
     ("exploration_trl.cli",),
+    # Front ends for other frameworks (verl), loaded by those frameworks only: nothing in the package imports them.
+    ("exploration_trl.integrations",),
 )
 
 
@@ -178,6 +180,16 @@ def test_string_imports_go_down():
     graph = collapse(import_graph(strings=True), "exploration_trl")
     assert "exploration_trl.experiments" in graph["exploration_trl.cli"]  # the subcommand table is seen
     assert _upward(graph) == []
+
+
+def test_nothing_imports_the_integrations():
+    """`exploration_trl.integrations.*` imports its framework (verl) at module level; the framework loads it (verl: the
+    `verl.plugins` entry point), never the package, whose other modules must import without that framework."""
+    graph = import_graph(strings=True)
+    assert "exploration_trl.integrations.verl" in graph
+    importers = sorted(a for a, targets in graph.items() if not a.startswith("exploration_trl.integrations")
+                       for b in targets if b.startswith("exploration_trl.integrations"))
+    assert importers == []
 
 
 def test_the_floor_checks_see_a_violation(tmp_path):

@@ -1,8 +1,8 @@
 """One method, one place: each method's record (`exploration_trl.methods.MethodInfo`) sits next to its trainer, and
 every table that lists methods reads the registry.
 
-* No module outside `trainers/` (the methods), `experiments/` (experiment settings) and `core/` (each method's pure
-  function) names a registered method in its code.
+* No module outside `trainers/` (the methods), `experiments/` (experiment settings), `core/` (each method's pure
+  function) and `integrations/` (the methods registered in another framework) names a registered method in its code.
 * A method written in a temporary module, with no other edit, shows in `train --help`, in a model card (the trainer
   sentence, the method section, the citations, the hyperparameter table) and in the frontier tables.
 """
@@ -22,8 +22,9 @@ import exploration_trl.trainers  # noqa: F401  (registers the built-in methods)
 from exploration_trl import methods
 
 PACKAGE_ROOT = Path(exploration_trl.__file__).resolve().parent
-#: Where naming a method is the point: the methods themselves, the experiments' settings, each method's core function.
-ALLOWED = ("trainers", "experiments", "core")
+#: Where naming a method is the point: the methods themselves, the experiments' settings, each method's core function,
+#: and the front ends that register chosen methods under another framework's names (`integrations/verl.py`).
+ALLOWED = ("trainers", "experiments", "core", "integrations")
 #: `grpo` is TRL's algorithm and the base every method builds on: TRL's own names carry it (`GRPOTrainer`,
 #: `GRPOConfig`, `loss_type: grpo`) and so do the card's tags and the hyperparameter table of TRL's GRPO settings.
 GENERIC = {"grpo"}

@@ -42,9 +42,15 @@ class MaxRLConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check_non_negative(self, {"maxrl_eps": "added to the group's mean reward before dividing (the authors' code: "
-                                               "1e-6)"})
+        check_maxrl_options(self)
         check_sum_then_normalize(self, "maxrl")
+
+
+def check_maxrl_options(config) -> None:
+    """The checks on MaxRL's own keys, for `MaxRLConfig` and for any other front end that reads the same keys
+    (`exploration_trl.integrations.verl`)."""
+    check_non_negative(config, {"maxrl_eps": "added to the group's mean reward before dividing (the authors' code: "
+                                             "1e-6)"})
 
 
 #: `loss_type`s that divide each completion's loss by its own length: completions of one prompt weigh unequally.

@@ -43,8 +43,14 @@ class PasskConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_k(self, "passk_k")
+        check_passk_options(self)
         check_sum_then_normalize(self, "passk")
+
+
+def check_passk_options(config) -> None:
+    """The checks on Pass@k Training's own keys (`passk_k`, against `num_generations`), for `PasskConfig` and for any
+    other front end that reads the same keys (`exploration_trl.integrations.verl`)."""
+    _check_k(config, "passk_k")
 
 
 @register_method(MethodInfo(
@@ -121,16 +127,22 @@ class PKPOConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_k(self, "pkpo_k")
-        if self.pkpo_k_final is not None:
-            _check_k(self, "pkpo_k_final")
-        check_non_negative(self, {"pkpo_k_anneal_steps": "the step of PKPO's k annealing"})
-        check_choice(self, "pkpo_estimator", core_pk.PKPO_ESTIMATORS)
-        check_choice(self, "pkpo_k_schedule", core_pk.PKPO_K_SCHEDULES)
-        g = self.num_generations
-        if self.pkpo_estimator == "sloo" and g is not None and max(self.pkpo_k, self.pkpo_k_final or 1) >= g:
-            raise ValueError(f"pkpo_estimator 'sloo' needs pkpo_k < num_generations ({g}); use sloo_minus_one")
+        check_pkpo_options(self)
         check_sum_then_normalize(self, "pkpo")
+
+
+def check_pkpo_options(config) -> None:
+    """The checks on PKPO's own keys (`pkpo_*`, against `num_generations`), for `PKPOConfig` and for any other front
+    end that reads the same keys (`exploration_trl.integrations.verl`)."""
+    _check_k(config, "pkpo_k")
+    if config.pkpo_k_final is not None:
+        _check_k(config, "pkpo_k_final")
+    check_non_negative(config, {"pkpo_k_anneal_steps": "the step of PKPO's k annealing"})
+    check_choice(config, "pkpo_estimator", core_pk.PKPO_ESTIMATORS)
+    check_choice(config, "pkpo_k_schedule", core_pk.PKPO_K_SCHEDULES)
+    g = config.num_generations
+    if config.pkpo_estimator == "sloo" and g is not None and max(config.pkpo_k, config.pkpo_k_final or 1) >= g:
+        raise ValueError(f"pkpo_estimator 'sloo' needs pkpo_k < num_generations ({g}); use sloo_minus_one")
 
 
 @register_method(MethodInfo(

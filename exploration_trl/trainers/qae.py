@@ -38,11 +38,17 @@ class QAEConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not 0.0 < self.qae_k < 1.0:
-            raise ValueError(f"qae_k is {self.qae_k} but must lie in (0, 1): it is the quantile level K of the "
-                             "baseline (paper: 0.4)")
-        check_choice(self, "qae_quantile_method", core_est.QAE_QUANTILE_METHODS)
+        check_qae_options(self)
         check_sum_then_normalize(self, "qae")
+
+
+def check_qae_options(config) -> None:
+    """The checks on QAE's own keys, for `QAEConfig` and for any other front end that reads the same keys
+    (`exploration_trl.integrations.verl`)."""
+    if not 0.0 < config.qae_k < 1.0:
+        raise ValueError(f"qae_k is {config.qae_k} but must lie in (0, 1): it is the quantile level K of the "
+                         "baseline (paper: 0.4)")
+    check_choice(config, "qae_quantile_method", core_est.QAE_QUANTILE_METHODS)
 
 
 def _zero_batches(trainer, values: list[float]) -> str:

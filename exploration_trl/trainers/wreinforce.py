@@ -40,9 +40,15 @@ class WReinforceConfig(ExplorationGRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check_non_negative(self, {"wreinforce_lambda": "the weight of the positive samples (paper: 0.1)"})
-        check_choice(self, "wreinforce_mode", core_est.WREINFORCE_MODES)
+        check_wreinforce_options(self)
         check_sum_then_normalize(self, "wreinforce")
+
+
+def check_wreinforce_options(config) -> None:
+    """The checks on W-REINFORCE's own keys, for `WReinforceConfig` and for any other front end that reads the same
+    keys (`exploration_trl.integrations.verl`)."""
+    check_non_negative(config, {"wreinforce_lambda": "the weight of the positive samples (paper: 0.1)"})
+    check_choice(config, "wreinforce_mode", core_est.WREINFORCE_MODES)
 
 
 def _zero_batches(trainer, values: list[float]) -> str:
