@@ -15,7 +15,8 @@ import pytest
 from exploration_trl.cli import config_reference
 from exploration_trl.cli.config_reference import COMMAND, format_default
 from exploration_trl.methods import MethodInfo, arxiv_paper, register_method, unregister
-from exploration_trl.trainers import ExplorationGRPOConfig, ExplorationGRPOTrainer
+from exploration_trl.trainers import ExplorationGRPOConfig
+from exploration_trl.trainers.strategy import AdvantageStrategy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,10 +76,10 @@ def test_a_newly_registered_method_appears_with_its_keys_and_changed_defaults():
                       description="A toy.", paper=arxiv_paper("toy2025", "Toy", "Toy et al., 2025", ["A. Toy"], 2025,
                                                               "2501.00001"))
 
-    class ToyReferenceTrainer(ExplorationGRPOTrainer):
+    class ToyReference(AdvantageStrategy):
         config_class = ToyReferenceConfig
 
-    register_method(info)(ToyReferenceTrainer)
+    register_method(info)(ToyReference)
     try:
         text = config_reference.render()
     finally:

@@ -14,6 +14,7 @@ import pytest
 from exploration_trl.cli import methods_reference
 from exploration_trl.methods import MethodInfo, arxiv_paper, register_method, unregister
 from exploration_trl.trainers import ExplorationGRPOConfig, ExplorationGRPOTrainer
+from exploration_trl.trainers.strategy import AdvantageStrategy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,8 +49,11 @@ def shifted():
         description="Adds a constant.", paper=arxiv_paper("doe2099", "A Shift", "Doe, 2099", ["Jane Doe"], 2099,
                                                             "9999.00001"),
         config_prefixes=("shifted_",), where="Eq. 1", changes="`A + c`"))
-    class ShiftedTrainer(ExplorationGRPOTrainer):
+    class Shifted(AdvantageStrategy):
         config_class = ShiftedConfig
+
+    class ShiftedTrainer(ExplorationGRPOTrainer):
+        method = "shifted"
 
     yield ShiftedTrainer
     unregister("shifted")
