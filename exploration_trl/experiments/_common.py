@@ -161,6 +161,20 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
 
 
+def records_to_json_command(module: str, compute, argv: list[str] | None = None) -> int:
+    """`python -m <module> RECORDS_DIR OUT.json`: `compute(RECORDS_DIR)` written to OUT.json (one usage line and exit
+    2 on other arguments)."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print(f"usage: python -m {module} RECORDS_DIR OUT.json", file=sys.stderr)
+        return 2
+    write_json(argv[1], compute(argv[0]))
+    print(f"wrote {argv[1]}")
+    return 0
+
+
 def write_json(path: str | Path, data: Any) -> Path:
     """Write strict JSON (NaN/inf -> null) atomically, with the evaluation harness's writer."""
     from ..eval.harness import clean_json, write_json_atomic

@@ -8,13 +8,12 @@ A "not shown" verdict for an arm whose true effect is below 3 points says little
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import _common
 from . import calibration as cal
 from . import runner
 
@@ -56,15 +55,7 @@ def sentence(data: dict[str, Any], pre_run: dict[str, Any] | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m exploration_trl.experiments.confirmatory.power_curve RECORDS_DIR OUT.json",
-              file=sys.stderr)
-        return 2
-    out = power_curve(argv[0])
-    Path(argv[1]).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {argv[1]}")
-    return 0
+    return _common.records_to_json_command("exploration_trl.experiments.confirmatory.power_curve", power_curve, argv)
 
 
 if __name__ == "__main__":

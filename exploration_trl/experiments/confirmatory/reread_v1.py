@@ -15,13 +15,12 @@ bootstrap widened by 1.1) moves them, and what 0.7.0's test's false-positive rat
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import _common
 from . import calibration as cal
 from . import protocol, runner, verdict
 
@@ -120,15 +119,7 @@ def calibration_sentence(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m exploration_trl.experiments.confirmatory.reread_v1 RECORDS_DIR OUT.json",
-              file=sys.stderr)
-        return 2
-    data = reread(argv[0])
-    Path(argv[1]).write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {argv[1]}")
-    return 0
+    return _common.records_to_json_command("exploration_trl.experiments.confirmatory.reread_v1", reread, argv)
 
 
 if __name__ == "__main__":
