@@ -50,7 +50,7 @@ def test_generation_logps_equal_a_recomputation(method, ckpt, tmp_path):
     torch.testing.assert_close(batch.completion_logps[mask], reference.logps[mask], rtol=1e-4, atol=1e-4)
     assert (batch.completion_logps[~mask] == 0).all()
     if method == "progrpo":  # the prompt-only pass gives the same prompt log-probs as the full pass's hidden states
-        full_logps, full_mask = trainer._prompt_logps(reference, out)
+        full_logps, full_mask = trainer.rollout.prompt_logps(reference, out)
         torch.testing.assert_close(batch.prompt_logps[full_mask.bool()], full_logps[full_mask.bool()],
                                    rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(batch.prompt_logps_mask, full_mask)

@@ -168,17 +168,6 @@ class ExplorationGRPOTrainer(GRPOTrainer):
             extras.update(strategy.rollout_extras(batch, capture))
         return extras
 
-    def _prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompt tokens' log-probs and mask the advantage hook reads (the strategies choose the tokens)."""
-        logps, mask = self.rollout.prompt_logps(capture, output)
-        for strategy in self.strategies:
-            logps, mask = strategy.prompt_logps(logps, mask, output)
-        return logps, mask
-
-    def _prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
-        from_vllm = self.vllm.prompt_only_logps(prompt_ids, prompt_mask)
-        return from_vllm if from_vllm is not None else self.rollout.prompt_only_logps(prompt_ids, prompt_mask)
-
     # ------------------------------------------------------------------ one generation batch
     @trl_until_assembled
     def _generate_and_score_completions(self, inputs):

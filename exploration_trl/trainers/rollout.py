@@ -209,7 +209,7 @@ class Rollout:
             batch.completion_logps = capture.logps
             batch.completion_entropies = capture.entropies
             if t._needs_prompt_logps():
-                batch.prompt_logps, batch.prompt_logps_mask = t._prompt_logps(capture, output)
+                batch.prompt_logps, batch.prompt_logps_mask = self.prompt_logps(capture, output)
         t.metrics.rollout(batch)
         return batch
 
@@ -230,8 +230,18 @@ class Rollout:
         torch.save(payload, os.path.join(t.args.debug_rollout_dir, name))
 
     # --------------------------------------------------------------------------------------- prompt log-probs
-    @torch.no_grad()
+    # The rollout owns them: it computes them (from the captured pass, vLLM's prompt log-probs or one prompt-only
+    # forward) and lets the strategies choose the tokens; the trainer only asks whether a method needs them.
     def prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt log-probs and mask the advantage hook reads: every prompt token's (`prompt_token_logps`),
+        narrowed by each strategy's `prompt_logps` (e.g. only the user's tokens)."""
+        logps, mask = self.prompt_token_logps(capture, output)
+        for strategy in self.trainer.strategies:
+            logps, mask = strategy.prompt_logps(logps, mask, output)
+        return logps, mask
+
+    @torch.no_grad()
+    def prompt_token_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(q_t | q_<t) for prompt tokens, computed once per unique prompt and shared by its rows.
 
         The first real prompt token has no context, so it is masked out (docs/math.md: the caller masks it).
@@ -247,7 +257,7 @@ class Rollout:
 
         logps = torch.zeros(n, plen, device=prompt_ids.device)
         if capture.hidden is None:  # rollout log-probs came from generation: one pass over the unique prompts
-            unique_logps = t._prompt_only_logps(prompt_ids[unique_rows], prompt_mask[unique_rows])
+            unique_logps = self._prompt_only(prompt_ids[unique_rows], prompt_mask[unique_rows])
         else:
             hidden = capture.hidden[unique_rows, : max(plen - 1, 0)]  # predicts prompt tokens 1..plen-1
             targets = prompt_ids[unique_rows, 1:]
@@ -263,6 +273,11 @@ class Rollout:
         first_valid = prompt_mask.float().argmax(dim=1)
         mask[torch.arange(n, device=mask.device), first_valid] = 0
         return logps, mask
+
+    def _prompt_only(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """The prompt-only log-probs: vLLM's when it returned them (colocate), else one forward (`prompt_only_logps`)."""
+        from_vllm = self.trainer.vllm.prompt_only_logps(prompt_ids, prompt_mask)
+        return from_vllm if from_vllm is not None else self.prompt_only_logps(prompt_ids, prompt_mask)
 
     @torch.no_grad()
     def prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
