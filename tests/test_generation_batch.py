@@ -3,6 +3,8 @@ explicitly and in order, and no other class of the package overrides TRL's metho
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from trl import GRPOTrainer
 
@@ -25,9 +27,8 @@ class _Recorder(ExplorationGRPOTrainer):
 
     def __init__(self, fail: bool = False):  # noqa: D107 - no TRL set-up
         self.calls, self.fail = [], fail
-
-    def _start_vllm_batch(self):
-        self.calls.append("vllm")
+        self.vllm = SimpleNamespace(start_batch=lambda: self.calls.append("vllm"))
+        self._assembled = True  # stands in for a finished `__init__`: the overrides act
 
     def _start_rollout_capture(self, inputs):
         self.calls.append(("capture", inputs))
