@@ -126,6 +126,10 @@ def test_overhead_device_mode_reports_a_method_that_raises_and_measures_the_othe
     assert "FAILED: grpo (logging10): RuntimeError: CUDA error" in capsys.readouterr().out
 
 
+
+# Slow: test_gpu_validate_dry_run_writes_a_row_per_method runs the same script's CPU form (the first method's training
+# and the eval) in the suite.
+@pytest.mark.slow
 def test_gpu_smoke_tiny_cpu_form_runs_offline(tmp_path):
     env = {**os.environ, "SMOKE_MODEL": "random:toy", "SMOKE_ALLOW_CPU": "1", "SMOKE_LAUNCHER": "python",
            "SMOKE_METHODS": "casp", "SMOKE_VARIANTS": "full", "SMOKE_MAX_STEPS": "1", "SMOKE_VLLM": "0",
