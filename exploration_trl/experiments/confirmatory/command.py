@@ -124,7 +124,7 @@ def _registered_config(sha: str, name: str) -> dict:
 
 def _combine_second(args, sha: str, results: list[dict]) -> int:
     """Second-protocol set-ups: their verdicts go under `second_protocol` in --write, beside the first protocol's."""
-    from . import amendment, combine_v2, integrity_v2
+    from . import amendment, combine_v2, integrity_v2, power_curve
 
     write = Path(args.write)
     current = json.loads(write.read_text()) if write.is_file() else {}
@@ -144,8 +144,7 @@ def _combine_second(args, sha: str, results: list[dict]) -> int:
             else []
         pre = json.loads((state / "pre_run_calibration.json").read_text()).get("power") \
             if (state / "pre_run_calibration.json").is_file() else None
-        at3 = [p for p in curve if p["effect"] != (pre or {}).get("effect")] + ([pre] if pre else [])
-        power[r["name"]] = {"curve": sorted(at3, key=lambda p: p["effect"])}
+        power[r["name"]] = {"curve": power_curve.with_registered(curve, pre)}
     section = combine_v2.combine(results, sha, first or None, checks, amendments, power)
     _common.write_json(write, {**current, "second_protocol": section})
     print(f"wrote {write} (second_protocol)")

@@ -44,10 +44,16 @@ def power_curve(records_dir: str, effects=EFFECTS, simulations: int = 1000, n_gr
 BLOCK_START, BLOCK_END = "<!-- power-curve:start -->", "<!-- power-curve:end -->"
 
 
+def with_registered(curve: list[dict[str, Any]], pre_run: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The curve, largest effect first, with the registered +3-point figure (`pre_run`, more simulations) in place
+    of the curve's own point at that effect."""
+    rows = [r for r in curve if pre_run is None or r["effect"] != pre_run["effect"]]
+    return sorted(rows + ([pre_run] if pre_run else []), key=lambda r: -r["effect"])
+
+
 def sentence(data: dict[str, Any], pre_run: dict[str, Any] | None) -> str:
-    """The curve in words, the registered +3-point figure (`pre_run`, more simulations) in place of the curve's."""
-    rows = [r for r in data["curve"] if pre_run is None or r["effect"] != pre_run["effect"]]
-    rows = sorted(rows + ([pre_run] if pre_run else []), key=lambda r: -r["effect"])
+    """The curve in words (`with_registered`)."""
+    rows = with_registered(data["curve"], pre_run)
     shown = "; ".join(f"**{r['rate']:.2f}** [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] at +{100 * r['effect']:.1f} points "
                       f"({r['simulations']:,} simulations)" for r in rows)
     return (f"these probabilities that a method that far above GRPO's trajectory at the 1,000-step pass@1 gets \"beats "
