@@ -113,8 +113,7 @@ def _verdict(setup: dict[str, Any], arm: dict[str, Any], t: dict[str, Any]) -> s
         return text if a is None else text + f" (raw p read at {a['control'][t['family']]['raw_alpha']:g}: {status})"
     if a is None:
         return text
-    override = amend.verdict_override({"not_interpretable_text": a["not_interpretable_text"],
-                                       "not_checked_text": a["not_checked_text"]}, a["control"], t["family"])
+    override = amend.verdict_override(a, a["control"], t["family"])  # the section keeps the amendment's texts
     if override == a["not_interpretable_text"]:
         return f"**{override}**"
     return text if override is None else f"{text} ({override})"
