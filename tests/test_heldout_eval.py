@@ -112,7 +112,8 @@ def test_two_processes_split_the_problems_and_gather_the_same_metrics(tmp_path):
                          capture_output=True, text=True, timeout=600, env=env, check=False)
     assert one.returncode == 0, one.stderr[-3000:]
     config = yaml.safe_load((ROOT / "configs" / "accelerate" / "multi_gpu.yaml").read_text())
-    config.update(num_processes=2, use_cpu=True)
+    # main_process_port 0: accelerate picks a free port (`pytest -n 2` runs two launches side by side)
+    config.update(num_processes=2, use_cpu=True, main_process_port=0)
     (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(config))
     acc = shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate"))
     two = subprocess.run([acc, "launch", "--config_file", str(tmp_path / "ddp.yaml"), str(TESTS / "heldout_driver.py"),

@@ -97,7 +97,8 @@ def _env() -> dict:
 def _engine_config(tmp: Path, engine: str, num_processes: int) -> Path:
     name = ENGINES[engine][0]
     config = yaml.safe_load((ROOT / "configs" / "accelerate" / name).read_text())
-    config.update(num_processes=num_processes, use_cpu=True)
+    # main_process_port 0: accelerate picks a free port (`pytest -n 2` runs two launches side by side)
+    config.update(num_processes=num_processes, use_cpu=True, main_process_port=0)
     if engine in ZERO_STAGE:
         config["deepspeed_config"]["zero_stage"] = ZERO_STAGE[engine]
     path = tmp / f"{engine}-{num_processes}.yaml"

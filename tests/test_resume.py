@@ -43,7 +43,8 @@ def launches(tmp_path_factory):
             cmd = [sys.executable, *driver]
         else:
             config = yaml.safe_load((ROOT / "configs" / "accelerate" / "multi_gpu.yaml").read_text())
-            config.update(num_processes=num_processes, use_cpu=True)
+            # main_process_port 0: accelerate picks a free port (`pytest -n 2` runs two launches side by side)
+            config.update(num_processes=num_processes, use_cpu=True, main_process_port=0)
             path = tmp / f"ddp-{num_processes}.yaml"
             path.write_text(yaml.safe_dump(config))
             cmd = [_accelerate(), "launch", "--config_file", str(path), *driver]
