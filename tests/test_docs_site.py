@@ -234,7 +234,7 @@ def test_readme_is_a_landing_page():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_MAX_LINES
     demo, tests = fenced_commands(text)[:2]
-    assert demo.endswith("exploration-trl demo") and tests.endswith("python -m pytest -q")
+    assert demo.endswith("exploration-trl demo") and tests.endswith("python -m pytest -q -n 2 --dist loadfile")
     # CI runs the README's own test command, and the install page repeats both commands word for word
     assert tests in (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert fenced_commands((DOCS / "install.md").read_text(encoding="utf-8"))[:2] == [demo, tests]
