@@ -10,7 +10,7 @@ from trl import GRPOTrainer
 
 from exploration_trl import methods
 from exploration_trl.trainers import ExplorationGRPOTrainer, get_trainer_class
-from exploration_trl.trainers.registry import ADVANTAGE_SIDE, LOSS_SIDE
+from exploration_trl.trainers.composition import ADVANTAGE_SIDE, LOSS_SIDE
 
 
 def test_only_the_base_trainer_overrides_the_generation_batch():
