@@ -341,13 +341,16 @@ def test_every_override_of_trl_defers_to_trl_until_init_finishes():
     """No override may read state only `__init__` sets: each one carries `trl_until_assembled`, which runs TRL's
     method until the trainer is assembled. A new override without it fails here."""
     from exploration_trl.trainers.base import ExplorationGRPOTrainer
+    from exploration_trl.trainers.boundary.trl_adapter import TRLAdapter
 
-    overrides = sorted(
-        name for name, value in vars(ExplorationGRPOTrainer).items()
+    overrides = {
+        f"{cls.__name__}.{name}": value for cls in (TRLAdapter, ExplorationGRPOTrainer)
+        for name, value in vars(cls).items()
         if inspect.isfunction(value) and not name.startswith("__") and hasattr(GRPOTrainer, name)
-    )
-    assert {"_generate", "_calculate_rewards", "compute_loss", "_generate_and_score_completions"} <= set(overrides)
-    unguarded = [n for n in overrides if not getattr(vars(ExplorationGRPOTrainer)[n], "trl_until_assembled", False)]
+    }
+    assert {f"TRLAdapter.{n}" for n in ("_generate", "_calculate_rewards", "compute_loss",
+                                        "_generate_and_score_completions")} <= set(overrides)
+    unguarded = sorted(n for n, value in overrides.items() if not getattr(value, "trl_until_assembled", False))
     assert unguarded == []
     assert ExplorationGRPOTrainer._assembled is False  # the class default a half-built trainer reads
 

@@ -8,7 +8,7 @@ not act stops training (`HookDidNotRunError`). The concerns are components the t
 `dynamic_sampling`, `metrics`, `resume`, `heldout`; the boundary's `lm_head` and `vllm`) or callbacks (`callbacks/`:
 divergence, entropy band, correctness guard).
 
-**The TRL adapter** is the boundary's (`boundary/trl_adapter.py`, taken with `@adapts_trl`): the overrides of TRL's
+**The TRL adapter** is the boundary's (`boundary/trl_adapter.py`, this class's base): the overrides of TRL's
 methods, which call this class's steps below in TRL's order, and the accessors through which the components read
 TRL's private state. This module overrides no method of TRL's and reads none of its private attributes
 (`tests/test_architecture.py`). docs/internals.md has the picture.
@@ -18,13 +18,12 @@ from __future__ import annotations
 import warnings
 
 import torch
-from trl import GRPOTrainer
 
 from ..methods import register_method
 from ..rewards._base import is_correct
 from .boundary.capture import LMHead, _Capture
 from .boundary.loss_terms import loss_mask
-from .boundary.trl_adapter import adapts_trl
+from .boundary.trl_adapter import TRLAdapter
 from .boundary.vllm_support import VLLMSupport
 from .callbacks.correctness_guard import CorrectnessGuard
 from .callbacks.divergence import DivergenceCallback
@@ -44,8 +43,7 @@ __all__ = [
 
 
 @register_method(GRPO_INFO)
-@adapts_trl
-class ExplorationGRPOTrainer(GRPOTrainer):
+class ExplorationGRPOTrainer(TRLAdapter):
     """TRL `GRPOTrainer` with the exploration hooks. With no method active it trains exactly like TRL."""
 
     config_class = ExplorationGRPOConfig

@@ -8,7 +8,7 @@ the evaluation set; `load` reads and checks it. Two forms:
   every (setting, seed) RL run from it, evaluated as it trains: `runner.py`).
 * `task: train`: any model and task, through the existing `exploration-trl train` pipeline, once per (setting,
   seed), from a training YAML (`train_config`) that sets the held-out evaluation keys (`eval_benchmark`, `eval_n`,
-  `eval_ks`; `trainers/components/heldout_eval.py`); eval_pass@1 and eval_pass@<eval_n> are read from the log history.
+  `eval_ks`; `trainers/heldout_eval.py`); eval_pass@1 and eval_pass@<eval_n> are read from the log history.
 
 Design decisions and why:
 
@@ -59,7 +59,7 @@ Design decisions and why:
    about 11 CPU-hours for the 20 GRPO + 10 + 10 runs.
 8. **Resumable runs**: each (setup, setting, seed) writes its record after every evaluation and saves a trainer
    checkpoint at every evaluation step (the last one kept); a restarted run resumes from it with the exact resume
-   support of `trainers/components/resume.py`, so it equals the uninterrupted run (`tests/test_confirmatory.py`).
+   support of `trainers/resume.py`, so it equals the uninterrupted run (`tests/test_confirmatory.py`).
 9. **Canonical distinct-correct**: equations equal up to commutativity and associativity of + and * count once
    (`rewards.countdown.canonical_equation`); both counts are reported.
 """

@@ -5,7 +5,7 @@ Layout under the output folder: `split.json` (the problems, computed once), `war
 `warm_start.json` with its checksum), `runs/<label>__seed<s>.json` (a run's record, rewritten after every
 evaluation), `ckpt/<label>__seed<s>/checkpoint-<step>` (the trainer checkpoint saved at each evaluation step, the
 last one kept) and, when all runs are done, `result.json`, `table.md` and `plot.png`. A run restarted after a kill
-resumes from its last checkpoint (`trainers/components/resume.py`: the same numbers as an uninterrupted run).
+resumes from its last checkpoint (`trainers/resume.py`: the same numbers as an uninterrupted run).
 """
 
 from __future__ import annotations

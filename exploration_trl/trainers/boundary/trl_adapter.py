@@ -1,13 +1,12 @@
 """The trainer's TRL adapter: every override of a method of TRL's `GRPOTrainer` (or transformers' `Trainer`) and
-every read of their private state, for `ExplorationGRPOTrainer` (`trainers/base.py`), which takes them with
-`@adapts_trl`.
+every read of their private state, in `TRLAdapter`, the base class of `ExplorationGRPOTrainer` (`trainers/base.py`).
 
 They are written here, not in `base.py`, so that a TRL upgrade is a read of the boundary: each override says which TRL
 behaviour it relies on, `tests/test_trl_contract.py` pins them and `tests/test_architecture.py` keeps them here.
-`TRLAdapter` is no base class: a public trainer stands at most two classes above TRL's (`ProGRPOTrainer` ->
-`ExplorationGRPOTrainer` -> `GRPOTrainer`), so `adapts_trl` puts these methods on `ExplorationGRPOTrainer` itself,
-whose base is `GRPOTrainer`; "TRL's method" is therefore `GRPOTrainer.<name>(self, ...)`. The components read TRL's
-state only through the accessors at the end. docs/internals.md has the picture.
+Each override calls TRL's own method with `super()`: `TRLAdapter` subclasses `GRPOTrainer` directly, so two
+classes stand between a public trainer and TRL's (`ProGRPOTrainer` -> `ExplorationGRPOTrainer` -> `TRLAdapter` ->
+`GRPOTrainer`). The components read TRL's state only through the accessors at the end. docs/internals.md has the
+picture.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from .loss_terms import aggregate_per_token, weighted_as_trl
 from .trl_warnings import quiet_trl_rollout_deprecations
 from .vllm_support import check_cpu_head_size, cpu_generation_class, trl_builds, vllm_on_cpu
 
-__all__ = ["TRLAdapter", "adapts_trl", "eval_strategy_lifted", "trl_until_assembled"]
+__all__ = ["TRLAdapter", "eval_strategy_lifted", "trl_until_assembled"]
 
 
 def trl_until_assembled(override):
@@ -36,7 +35,7 @@ def trl_until_assembled(override):
     @functools.wraps(override)
     def guarded(self, *args, **kwargs):
         if not self._assembled:
-            return getattr(GRPOTrainer, name)(self, *args, **kwargs)
+            return getattr(super(TRLAdapter, self), name)(*args, **kwargs)
         return override(self, *args, **kwargs)
 
     guarded.trl_until_assembled = True
@@ -59,18 +58,9 @@ def eval_strategy_lifted(targs, has_eval_data: bool, configured: bool):
             targs.eval_strategy = saved
 
 
-def adapts_trl(cls):
-    """Class decorator: `cls` (a direct subclass of `GRPOTrainer`) takes every method and attribute of `TRLAdapter`."""
-    if cls.__bases__ != (GRPOTrainer,):  # "TRL's method" below is `GRPOTrainer.<name>`: the next class in the MRO
-        raise TypeError(f"adapts_trl adapts a direct subclass of GRPOTrainer, not one of {cls.__bases__}")
-    for name, value in vars(TRLAdapter).items():
-        if not (name.startswith("__") and name.endswith("__")):
-            setattr(cls, name, value)
-    return cls
-
-
-class TRLAdapter:
-    """The overrides and accessors `adapts_trl` gives `ExplorationGRPOTrainer` (see the module's docstring)."""
+class TRLAdapter(GRPOTrainer):
+    """TRL's `GRPOTrainer` with the package's overrides and accessors; `ExplorationGRPOTrainer` builds on it (see the
+    module's docstring). Not a public trainer: use `ExplorationGRPOTrainer` or a method's class."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
 
@@ -85,7 +75,7 @@ class TRLAdapter:
         with quiet_trl_rollout_deprecations(), deepspeed_only_when_imported(), \
                 eval_strategy_lifted(targs, bound.get("eval_dataset") is not None, heldout_configured), \
                 trl_builds(cpu_generation_class() if vllm_on_cpu(targs) else None):
-            GRPOTrainer.__init__(self, *args, **kwargs)
+            super().__init__(*args, **kwargs)
 
     def _trl_computes_old_logps(self) -> bool:
         """Mirror of TRL 1.16's condition for computing `old_per_token_logps` in `_generate_and_score_completions`.
@@ -109,7 +99,7 @@ class TRLAdapter:
         try:
             try:
                 inputs = self._dynamic_sampling_select(inputs)
-                output = GRPOTrainer._generate_and_score_completions(self, inputs)
+                output = super()._generate_and_score_completions(inputs)
             finally:
                 self._ds_replay = None
             capture = self._finish_rollout_capture(output, need_rollout)
@@ -122,7 +112,7 @@ class TRLAdapter:
         # Relies on TRL 1.16's `_generate_and_score_completions` generating through `_generate(prompts)` once.
         replay = self._ds_replay
         if replay is None:
-            return GRPOTrainer._generate(self, prompts)
+            return super()._generate(prompts)
         self.rollout.generation_logps = replay["generation_logps"]  # read after generation, as a live one's
         return replay["generated"]
 
@@ -135,7 +125,7 @@ class TRLAdapter:
         if replay is not None:
             rewards_per_func, outcomes = replay["rewards_per_func"], replay["answers"]
         else:
-            rewards_per_func = GRPOTrainer._calculate_rewards(self, inputs, prompts, completions, completion_ids_list)
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             outcomes = pop_outcomes()  # popped on every batch so that none is left for the next
         self.rollout.after_rewards(rewards_per_func, prompts, outcomes)
         return rewards_per_func
@@ -145,8 +135,8 @@ class TRLAdapter:
         # Relies on TRL 1.16 calling the model's `generate` (transformers path) inside this method, once per batch.
         recorder = self.rollout.recorder(capturing=self._capture is not None)
         with recorder.attached(self.lm_head.of(self.model)[0]) if recorder else nullcontext():
-            completion_ids, logprobs = GRPOTrainer._generate_single_turn(
-                self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
         if recorder is not None:
             self.rollout.generation_logps = recorder.per_row(completion_ids)
@@ -161,12 +151,12 @@ class TRLAdapter:
         # While `_capture` asks, the first policy call is recorded; in the loss its log-probs go through the hooks.
         capture = self._capture
         if capture is None or capture.done or not self.lm_head.is_policy(model):
-            return GRPOTrainer._get_per_token_logps_and_entropies(
-                self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
             )
         with self.lm_head.capturing(model) as chunks:
-            logps, entropies, aux = GRPOTrainer._get_per_token_logps_and_entropies(
-                self, model, input_ids, attention_mask, logits_to_keep, batch_size, True, **kwargs
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, True, **kwargs
             )
         fill(capture, logps, entropies, chunks, input_ids, logits_to_keep)
         if capture.mode == "loss":
@@ -184,7 +174,7 @@ class TRLAdapter:
         self._ran_hooks = set()
         self._capture = _Capture(mode="loss") if self._needs_loss_capture() else None
         try:
-            loss = GRPOTrainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             capture = self._capture
         finally:
             self._capture = None
@@ -232,7 +222,7 @@ class TRLAdapter:
             for _ in range(len(final)):
                 logged.pop()
             logged.extend(final)
-        GRPOTrainer.log(self, logs, start_time)
+        super().log(logs, start_time)
 
     # ------------------------------------------------------------------ training, evaluation, saving
     @trl_until_assembled
@@ -240,7 +230,7 @@ class TRLAdapter:
         """TRL's `train`; Ctrl-C saves a checkpoint of the last finished step first (`Resume.on_interrupt`)."""
         with quiet_trl_rollout_deprecations(), deepspeed_only_when_imported():
             try:
-                return GRPOTrainer.train(self, *args, **kwargs)
+                return super().train(*args, **kwargs)
             except KeyboardInterrupt:
                 self.resume.on_interrupt()
                 raise
@@ -250,10 +240,10 @@ class TRLAdapter:
         # Held-out pass@k on HF's evaluation schedule (`heldout_eval.py`). An override, not a callback, because
         # `Trainer._evaluate` picks the best checkpoint from the dict `evaluate` returns.
         if self.heldout.benchmark is None:
-            return GRPOTrainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         metrics: dict[str, float] = {}
         if eval_dataset is not None or self.eval_dataset is not None:
-            metrics.update(GRPOTrainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix))
+            metrics.update(super().evaluate(eval_dataset, ignore_keys, metric_key_prefix))
         was_training = self.model.training
         self.model.eval()
         try:
@@ -278,7 +268,7 @@ class TRLAdapter:
     @trl_until_assembled
     def save_model(self, output_dir=None, _internal_call=False):
         with deepspeed_only_when_imported():
-            GRPOTrainer.save_model(self, output_dir, _internal_call)
+            super().save_model(output_dir, _internal_call)
             if not _internal_call:  # a user's call; checkpoints and `push_to_hub` write the card themselves
                 self.create_model_card(output_dir=output_dir or self.args.output_dir)
 
@@ -290,20 +280,20 @@ class TRLAdapter:
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
         with self.resume.guard_checkpoint(folder):
             self.metrics.flush()
-            GRPOTrainer._save_checkpoint(self, model, trial)
+            super()._save_checkpoint(model, trial)
 
     @trl_until_assembled
     def _save_rng_state(self, output_dir: str) -> None:
         # Relies on transformers calling this on every process inside `_save_checkpoint`, before
         # `trainer_state.json` (which marks a checkpoint complete) is written.
-        GRPOTrainer._save_rng_state(self, output_dir)
+        super()._save_rng_state(output_dir)
         self.resume.save(output_dir)
 
     @trl_until_assembled
     def _load_rng_state(self, checkpoint: str | None) -> None:
         # Relies on transformers calling this on every process once per resume, after the model and optimizer are
         # loaded and before the first `training_step`.
-        GRPOTrainer._load_rng_state(self, checkpoint)
+        super()._load_rng_state(checkpoint)
         if checkpoint is not None:
             self.resume.load(checkpoint)
 
@@ -369,7 +359,7 @@ class TRLAdapter:
 
     def trl_rewards(self, inputs, prompts, completions, completion_ids):
         """TRL's scoring of one batch, every process's rewards (`_calculate_rewards`), without the rollout's own."""
-        return GRPOTrainer._calculate_rewards(self, inputs, prompts, completions, completion_ids)
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids)
 
     def forward_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs):
         """TRL's per-token log-probs of a forward (`_get_per_token_logps_and_entropies`)."""
