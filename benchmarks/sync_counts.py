@@ -52,7 +52,7 @@ def summary(run: dict) -> dict:
 
 
 def main():
-    from exploration_trl.trainers.registry import METHODS
+    from exploration_trl.trainers.composition import METHODS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = ["trl", *METHODS, "grpo-nometrics", "kl_cov-global", "clip_cov-global"]

@@ -2,7 +2,7 @@
 
 A method module under `exploration_trl/trainers/` decorates its strategy class with `@register_method(MethodInfo(...))`
 (the worked example: `docs/writing_a_method.md`). Every table that lists methods reads this registry: the trainers'
-`METHODS` and sides and their composition (`trainers/registry.py`), `exploration-trl train --help`, model cards (the
+`METHODS` and sides and their composition (`trainers/composition.py`), `exploration-trl train --help`, model cards (the
 trainer's name, the method section, the citations, the hyperparameter table) and the experiments' setting labels and
 published settings. `parse_method` is the one parser of method strings such as `progrpo+casp`.
 
@@ -288,7 +288,7 @@ def method_infos(method: str | Sequence[MethodInfo] | None) -> list[MethodInfo]:
 
 def trainer_name(method: str | Sequence[MethodInfo]) -> str:
     """The trainer class name of `method` (a string, or its records from `method_infos`); a composition joins its
-    parts' names (`ProGRPOCaSPTrainer`), as `trainers.registry` names the composed class."""
+    parts' names (`ProGRPOCaSPTrainer`), as `trainers.composition` names the composed class."""
     names = [_name_of(info.name) for info in method_infos(method)]
     if len(names) == 1:
         return names[0]

@@ -1,5 +1,5 @@
-"""How a trainer is assembled (issue 45): a method is a strategy held by one thin class, concerns are components, and
-one module adapts TRL. Each test names what broke the rule."""
+"""How a trainer is assembled (issues 45 and 54): a method is a strategy held by one thin class, concerns are
+components, and one wing of `trainers/`, the boundary, adapts TRL and vLLM. Each test names what broke the rule."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from trl import GRPOTrainer
 import exploration_trl
 from exploration_trl import methods
 from exploration_trl.trainers import ExplorationGRPOTrainer, get_trainer_class
-from exploration_trl.trainers.registry import ADVANTAGE_SIDE, LOSS_SIDE
+from exploration_trl.trainers.boundary.trl_adapter import TRLAdapter
+from exploration_trl.trainers.composition import ADVANTAGE_SIDE, LOSS_SIDE
 
 PACKAGE = Path(exploration_trl.__file__).parent
-ADAPTER = PACKAGE / "trainers" / "base.py"
+BOUNDARY = PACKAGE / "trainers" / "boundary"
 
 
 def _every_method_and_composition() -> list[str]:
@@ -31,8 +32,9 @@ def _every_method_and_composition() -> list[str]:
 def test_at_most_two_classes_between_a_method_and_trl():
     for method in _every_method_and_composition():
         mro = get_trainer_class(method).__mro__
-        between = mro[:mro.index(GRPOTrainer)]
-        assert len(between) <= 2 and between[-1] is ExplorationGRPOTrainer, (method, [c.__name__ for c in between])
+        between = mro[1:mro.index(GRPOTrainer)]  # the public class, then what stands between it and TRL's
+        assert len(between) <= 2 and between[-1] is TRLAdapter, (method, [c.__name__ for c in between])
+        assert ExplorationGRPOTrainer in mro
 
 
 def test_a_composition_inherits_nothing_of_its_methods():
@@ -48,7 +50,7 @@ def _package_classes() -> list[type]:
             continue  # a front end for a framework this environment lacks (verl: .venv-verl), which it imports
         if not module.name.endswith("__main__"):
             importlib.import_module(module.name)
-    from exploration_trl.trainers.base import cpu_generation_class
+    from exploration_trl.trainers.boundary.vllm_support import cpu_generation_class
 
     cpu_generation_class()  # defined on first use (it subclasses TRL's vLLM engine)
     seen: set[type] = set()
@@ -66,18 +68,22 @@ def _package_classes() -> list[type]:
 MODEL_DEFINITION_HOOKS = {"_init_weights", "_no_split_modules", "_supports_default_dynamic_cache"}
 
 
-def test_one_module_overrides_private_methods_of_trl_or_transformers():
+def test_only_the_boundary_overrides_private_methods_of_trl_or_transformers():
+    """Every override of a private method of TRL, transformers or accelerate is written in `trainers/boundary/` (the
+    trainer's base, `TRLAdapter`, holds TRL's)."""
+
     owners: dict[str, list[str]] = {}
     for cls in _package_classes():
         for base in cls.__mro__[1:]:
             if not str(base.__module__).startswith(("trl", "transformers", "accelerate")):
                 continue
-            for name in cls.__dict__:
+            for name, value in vars(cls).items():
                 if (name.startswith("_") and not name.startswith("__") and hasattr(base, name)
                         and name not in MODEL_DEFINITION_HOOKS):
-                    owners.setdefault(cls.__module__, []).append(f"{cls.__qualname__}.{name}")
-    assert set(owners) == {"exploration_trl.trainers.base"}, owners
-    assert "ExplorationGRPOTrainer._generate_and_score_completions" in owners["exploration_trl.trainers.base"]
+                    owners.setdefault(getattr(value, "__module__", cls.__module__), []).append(
+                        f"{cls.__qualname__}.{name}")
+    assert all(module.startswith("exploration_trl.trainers.boundary.") for module in owners), owners
+    assert "TRLAdapter._generate_and_score_completions" in owners[TRLAdapter.__module__]
 
 
 def _trl_private_attributes() -> set[str]:
@@ -91,17 +97,102 @@ def _trl_private_attributes() -> set[str]:
     return names
 
 
-def test_only_the_adapter_reads_trls_private_attributes():
+def _outside_the_boundary() -> list[Path]:
+    return [path for path in sorted(PACKAGE.rglob("*.py")) if BOUNDARY not in path.parents]
+
+
+def test_only_the_boundary_reads_trls_private_attributes():
     private = _trl_private_attributes()
     assert {"_metrics", "_step", "_buffered_inputs", "_logs"} <= private  # the ones 0.7 read in many places
     reads = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path == ADAPTER:
-            continue
+    for path in _outside_the_boundary():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and node.attr in private:
                 reads.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{node.attr}")
     assert reads == []
+
+
+#: The modules of the evaluation harness's own vLLM engine (`exploration-trl eval --backend vllm`, which training's
+#: held-out evaluation does not use): they drive `vllm.LLM` directly, not through TRL, and sit below `trainers`, so
+#: they cannot live in its boundary. No other module outside the boundary imports vLLM.
+EVALUATION_VLLM = {"vllm_engine.py", "eval/generation.py", "eval/vllm_host.py"}
+#: What the boundary patches of accelerate (`deepspeed_import.py`: `accelerate.utils.other.is_deepspeed_available`)
+#: and DeepSpeed itself, which only the boundary decides when to import.
+PATCHED = ("accelerate.utils.other", "deepspeed")
+
+
+def _public_trl_names() -> set[str]:
+    import types
+
+    import trl
+
+    return {name for name in trl.__all__ if not isinstance(getattr(trl, name), types.ModuleType)}
+
+
+def _trl_private_methods() -> set[str]:
+    return {name for name in dir(GRPOTrainer) if name.startswith("_") and not name.startswith("__")}
+
+
+def boundary_violations(root: Path) -> list[str]:
+    """Where a module under `root` (outside `trainers/boundary/`) knows TRL's, vLLM's or accelerate's internals.
+
+    The rule: outside the boundary a module may import from TRL only TRL's public top-level names (`from trl import
+    GRPOConfig, GRPOTrainer`: names in `trl.__all__` that are no submodule; no `import trl`, no `trl.<submodule>`);
+    it imports no vLLM (but the evaluation harness's own engine, `EVALUATION_VLLM`), no DeepSpeed and nothing of
+    accelerate that the boundary patches (`PATCHED`); and it neither defines nor names (calls, reads, `super()._x`) a
+    private method of TRL's `GRPOTrainer` or transformers' `Trainer` (`_generate`, `_compute_loss`, ...)."""
+    public_trl, private_methods = _public_trl_names(), _trl_private_methods()
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("trainers/boundary/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{rel}:{getattr(node, 'lineno', 0)}"
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for module in modules:
+                if module == "trl" and isinstance(node, ast.ImportFrom):
+                    found += [f"{where} from trl import {a.name}" for a in node.names if a.name not in public_trl]
+                elif module == "trl" or module.startswith("trl."):
+                    found.append(f"{where} imports {module}")
+                elif (module == "vllm" or module.startswith("vllm.")) and rel not in EVALUATION_VLLM:
+                    found.append(f"{where} imports {module}")
+                elif any(module == p or module.startswith(p + ".") for p in PATCHED):
+                    found.append(f"{where} imports {module}")
+                elif module == "accelerate.utils" and any(a.name == "other" for a in node.names):
+                    found.append(f"{where} imports accelerate.utils.other")
+            if isinstance(node, ast.Attribute) and node.attr in private_methods:
+                found.append(f"{where} names TRL's .{node.attr}")
+            if isinstance(node, ast.ClassDef):
+                found += [f"{rel}:{f.lineno} overrides TRL's {node.name}.{f.name}" for f in node.body
+                          if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name in private_methods
+                          and f.name not in MODEL_DEFINITION_HOOKS]
+    return found
+
+
+def test_only_the_boundary_knows_trl_internals():
+    assert boundary_violations(PACKAGE) == []
+
+
+def test_the_boundary_check_sees_a_violation(tmp_path):
+    """The checker itself, on planted modules: each kind of violation is reported, the boundary's own are not."""
+    (tmp_path / "trainers" / "boundary").mkdir(parents=True)
+    (tmp_path / "trainers" / "boundary" / "adapter.py").write_text(
+        "from trl.trainer.utils import RepeatSampler\nimport vllm\n")
+    (tmp_path / "trainers" / "component.py").write_text(
+        "from trl import GRPOTrainer, GRPOConfig\n"
+        "from trl.models import unwrap_model_for_generation\n"
+        "from trl import trainer\n"
+        "def f():\n    import vllm.platforms\n    from accelerate.utils import other\n    import deepspeed\n"
+        "class Hooked(GRPOTrainer):\n    def _generate(self, prompts):\n        return super()._generate(prompts)\n"
+        "    def step(self):\n        return self._get_per_token_logps_and_entropies\n")
+    found = boundary_violations(tmp_path)
+    assert sorted(line.split(" ", 1)[1] for line in found) == sorted([
+        "imports trl.models", "from trl import trainer", "imports vllm.platforms", "imports accelerate.utils.other",
+        "imports deepspeed", "overrides TRL's Hooked._generate", "names TRL's ._generate",
+        "names TRL's ._get_per_token_logps_and_entropies",
+    ]), found
 
 
 def test_no_warned_flags():
@@ -132,9 +223,9 @@ def test_a_method_string_is_parsed_once_from_the_class_to_the_card(tmp_path, mon
     calls = []
     original = methods.parse_method
     monkeypatch.setattr(methods, "parse_method", lambda method: calls.append(method) or original(method))
-    from exploration_trl.trainers import registry
+    from exploration_trl.trainers import composition
 
-    monkeypatch.setattr(registry, "parse_method", methods.parse_method)
+    monkeypatch.setattr(composition, "parse_method", methods.parse_method)
     cls = get_trainer_class("kl_cov+progrpo")
     assert calls == ["kl_cov+progrpo"] and cls.method_parts == ("progrpo", "kl_cov")
     trainer = cls(model=toy_checkpoint(tmp_path / "ckpt"), reward_funcs=letter_reward, train_dataset=toy_dataset(),
@@ -208,3 +299,33 @@ def test_a_strategy_registered_outside_the_package_trains_and_composes(tmp_path)
                 args=ExplorationGRPOConfig(**grpo_kwargs(tmp_path / "plain", max_steps=1)))
     finally:
         methods.unregister("halve")
+
+
+def test_a_config_pickled_under_its_0_8_path_loads(tmp_path):
+    """A checkpoint's `training_args.bin` pickles its config class by module path. 0.8 wrote a method's config as
+    `exploration_trl.trainers.<method>.<Name>Config` and a composed one through
+    `exploration_trl.trainers.registry._rebuild_composed_config`; such a file still loads, into today's classes."""
+    import pickle
+
+    from exploration_trl.trainers import ProGRPOConfig, composition
+
+    config = ProGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], progrpo_alpha=0.5)
+    new_module = ProGRPOConfig.__module__
+    ProGRPOConfig.__module__ = "exploration_trl.trainers.progrpo"  # as 0.8 pickled it
+    try:
+        old = pickle.dumps(config)
+    finally:
+        ProGRPOConfig.__module__ = new_module
+    assert b"exploration_trl.trainers.progrpo" in old and b"exploration_trl.trainers.methods" not in old
+    loaded = pickle.loads(old)
+    assert type(loaded) is ProGRPOConfig and loaded.progrpo_alpha == 0.5
+
+    composed = get_trainer_class("progrpo+casp").config_class(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    rebuild = composition._rebuild_composed_config
+    rebuild.__module__ = "exploration_trl.trainers.registry"
+    try:
+        old = pickle.dumps(composed)
+    finally:
+        rebuild.__module__ = composition.__name__
+    assert b"exploration_trl.trainers.registry" in old
+    assert type(pickle.loads(old)) is type(composed)

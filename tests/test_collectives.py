@@ -15,8 +15,8 @@ import torch.multiprocessing as mp
 from types import SimpleNamespace
 
 from exploration_trl.ops.hashing import stream, unique_keys
-from exploration_trl.trainers._collectives import gather_rows, pad_to
-from exploration_trl.trainers import cov_global as GlobalCovSelectionMixin
+from exploration_trl.trainers.components.collectives import gather_rows, pad_to
+from exploration_trl.trainers.methods import cov_global as GlobalCovSelectionMixin
 
 
 def _free_port() -> int:

@@ -1,5 +1,6 @@
-"""The warning when a method's correct/wrong split never splits a group (`trainers/correctness_guard.py`): a graded
-reward above `correct_reward_threshold` makes every completion correct, and Pass@k Training then learns nothing."""
+"""The warning when a method's correct/wrong split never splits a group (`trainers/callbacks/correctness_guard.py`): a
+graded reward above `correct_reward_threshold` makes every completion correct, and Pass@k Training then learns
+nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import exploration_trl as et
-from exploration_trl.trainers.correctness_guard import CorrectnessGuard, group_flags
+from exploration_trl.trainers.callbacks.correctness_guard import CorrectnessGuard, group_flags
 from helpers import binary_reward, toy_checkpoint, train
 
 KEY = "correct_reward_threshold"
@@ -92,7 +93,7 @@ def test_passk_with_a_graded_reward_warns_once_with_the_key(ckpt, tmp_path, capl
     """The issue's run through the Python API: a length reward (~48) makes every completion correct, every
     advantage 0 and the loss 0; training says so, once, in a warning and in the log, naming the key."""
     cls = et.get_trainer_class("passk")
-    with caplog.at_level(logging.WARNING, logger="exploration_trl.trainers.correctness_guard"), \
+    with caplog.at_level(logging.WARNING, logger="exploration_trl.trainers.callbacks.correctness_guard"), \
             pytest.warns(UserWarning, match=KEY) as record:
         trainer = train(cls, cls.config_class, ckpt, tmp_path, reward=length_reward, passk_k=2)
     ours = [w for w in record if "splits no group" in str(w.message)]

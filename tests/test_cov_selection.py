@@ -14,7 +14,7 @@ import torch
 
 import exploration_trl as et
 from exploration_trl.core.losses import token_covariance
-from exploration_trl.trainers.cov_global import GlobalCovSelection
+from exploration_trl.trainers.methods.cov_global import GlobalCovSelection
 from helpers import toy_checkpoint, toy_dataset, train
 
 
@@ -54,7 +54,7 @@ _FOR_INPUTS = GlobalCovSelection.for_inputs
 
 def _first_step_selection(method, selection, ga, ckpt, path, monkeypatch, **extra):
     """The (prompt, completion, position) triples the first optimizer step selects, whatever micro-batch held them."""
-    from exploration_trl.trainers import cov as cov_module
+    from exploration_trl.trainers.methods import cov as cov_module
 
     base = et.get_trainer_class(method)
     chosen: set = set()

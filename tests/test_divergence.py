@@ -1,5 +1,6 @@
-"""A diverging run is said so (`trainers/divergence.py`): the rule on hand-made histories, one warning and a card
-note from a run that truly diverges (the plain entropy bonus at a huge coefficient from the countdown warm start)."""
+"""A diverging run is said so (`trainers/callbacks/divergence.py`): the rule on hand-made histories, one warning and a
+card note from a run that truly diverges (the plain entropy bonus at a huge coefficient from the countdown warm
+start)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import warnings
 import pytest
 
 from exploration_trl.hub.outcome import outcome_notes
-from exploration_trl.trainers.divergence import DivergenceWarning, detect_divergence
+from exploration_trl.trainers.callbacks.divergence import DivergenceWarning, detect_divergence
 
 
 def hist(entropy=None, reward=None):

@@ -397,7 +397,7 @@ def test_recipes_row_matches_the_shipped_recipes(site):
 
 def test_configuration_page_lists_the_sides_and_knobs_of_the_registry(site):
     from exploration_trl.methods import ADVANTAGE_SIDE, LOSS_SIDE
-    from exploration_trl.trainers.entropy_band import KNOBS
+    from exploration_trl.trainers.callbacks.entropy_band import KNOBS
 
     registered = builtin_methods()
     html = page_html(site, "configuration")

@@ -1,4 +1,4 @@
-"""The two-sided entropy controller (`entropy_band: [low, high]`, trainers/entropy_band.py)."""
+"""The two-sided entropy controller (`entropy_band: [low, high]`, trainers/callbacks/entropy_band.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 import exploration_trl as et
-from exploration_trl.trainers.entropy_band import entropy_band_update
+from exploration_trl.trainers.callbacks.entropy_band import entropy_band_update
 from helpers import toy_checkpoint, train
 
 

@@ -10,16 +10,16 @@ from trl import GRPOTrainer
 
 from exploration_trl import methods
 from exploration_trl.trainers import ExplorationGRPOTrainer, get_trainer_class
-from exploration_trl.trainers.registry import ADVANTAGE_SIDE, LOSS_SIDE
+from exploration_trl.trainers.composition import ADVANTAGE_SIDE, LOSS_SIDE
 
 
-def test_only_the_base_trainer_overrides_the_generation_batch():
+def test_only_the_trl_adapter_overrides_the_generation_batch():
     trainers = [get_trainer_class(m) for m in methods.METHODS]
     trainers += [get_trainer_class(f"{a}+{b}") for a in ADVANTAGE_SIDE for b in LOSS_SIDE]
     for trainer in trainers:
         owners = [c.__qualname__ for c in trainer.__mro__
                   if c.__module__.startswith("exploration_trl.") and "_generate_and_score_completions" in c.__dict__]
-        assert owners == ["ExplorationGRPOTrainer"], (trainer.__name__, owners)
+        assert owners == ["TRLAdapter"], (trainer.__name__, owners)
 
 
 class _Recorder(ExplorationGRPOTrainer):

@@ -1,4 +1,4 @@
-"""Held-out pass@k while training (`trainers/heldout_eval.py`): the numbers, HF's schedule and checkpoint
+"""Held-out pass@k while training (`trainers/components/heldout_eval.py`): the numbers, HF's schedule and checkpoint
 selection, the config errors, and 2 real processes."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from exploration_trl.experiments import countdown_tiny as ct
 from exploration_trl.experiments import demo
 from exploration_trl.rewards.countdown import countdown
 from exploration_trl.trainers.base import ExplorationGRPOConfig, ExplorationGRPOTrainer
-from exploration_trl.trainers.heldout_eval import passk_confidence_interval
+from exploration_trl.trainers.components.heldout_eval import passk_confidence_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"

@@ -27,8 +27,7 @@ MAX_MODULE_LINES = 600
 LAYERS = (
     ("exploration_trl",),
     ("exploration_trl.errors", "exploration_trl.io_safety", "exploration_trl.methods", "exploration_trl.vllm_engine",
-     "exploration_trl._commit",
-     "exploration_trl.deepspeed_import",
+     "exploration_trl._commit", "exploration_trl.weights",
      "exploration_trl.toy", "exploration_trl.data", "exploration_trl.core"),
     ("exploration_trl.random_model",),  # a shipped architecture at random weights, with the toy's tokenizer
     ("exploration_trl.rewards",),
@@ -166,6 +165,28 @@ def _floor(module: str) -> int:
 
 def _upward(graph: dict[str, set[str]]) -> list[str]:
     return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if _floor(b) >= _floor(a))
+
+
+#: The wings of `exploration_trl.trainers`, lowest first (its `__init__` stands above them all): the boundary, the only
+#: place that knows TRL's and vLLM's internals, at the bottom; the method modules above the trainer they subclass.
+TRAINER_FLOORS = (
+    ("exploration_trl.trainers.boundary",),
+    ("exploration_trl.trainers.components", "exploration_trl.trainers.callbacks"),
+    ("exploration_trl.trainers.config",),
+    ("exploration_trl.trainers.strategy",),
+    ("exploration_trl.trainers.base",),
+    ("exploration_trl.trainers.methods",),
+    ("exploration_trl.trainers.composition",),
+)
+
+
+def test_the_trainers_wings_import_only_down():
+    """Each wing of `trainers/` (a subpackage or a module directly in it, as one node) imports only from floors below
+    its own: the boundary imports no other wing, a component or callback no method and not the trainer."""
+    graph = collapse(import_graph(), "exploration_trl.trainers")
+    assert set(graph) == {m for floor in TRAINER_FLOORS for m in floor}, sorted(graph)
+    floor = {m: i for i, names in enumerate(TRAINER_FLOORS) for m in names}
+    assert sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if floor[b] >= floor[a]) == []
 
 
 def test_imports_only_go_down():

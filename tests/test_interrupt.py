@@ -11,7 +11,7 @@ import time
 
 import yaml
 
-from exploration_trl.trainers.resume import STATE_FILE
+from exploration_trl.trainers.components.resume import STATE_FILE
 from helpers import CLI_BASE
 
 

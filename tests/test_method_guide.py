@@ -13,7 +13,7 @@ import pytest
 from exploration_trl import methods
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "writing_a_method.md"
-FILES = ("exploration_trl/core/weighted_positive.py", "exploration_trl/trainers/weighted_positive.py",
+FILES = ("exploration_trl/core/weighted_positive.py", "exploration_trl/trainers/methods/weighted_positive.py",
          "tests/test_weighted_positive.py")
 
 
@@ -47,7 +47,7 @@ def example():
 def test_the_guide_lists_exactly_three_files():
     assert tuple(guide_files()) == FILES
     text = GUIDE.read_text(encoding="utf-8")
-    for pattern in ("core/<method>.py", "trainers/<method>.py", "tests/test_<method>.py"):
+    for pattern in ("core/<method>.py", "trainers/methods/<method>.py", "tests/test_<method>.py"):
         assert re.search(rf"\| `(exploration_trl/)?{re.escape(pattern)}` \|", text), pattern
 
 
@@ -55,7 +55,7 @@ def test_the_method_registers_from_its_module(example, capsys):
     from exploration_trl.cli import main
     from exploration_trl.trainers import get_trainer_class
 
-    trainer = example["exploration_trl/trainers/weighted_positive.py"].WeightedPositiveTrainer
+    trainer = example["exploration_trl/trainers/methods/weighted_positive.py"].WeightedPositiveTrainer
     assert get_trainer_class("weighted_positive") is trainer and trainer.hook == ("advantage", "weighted_positive")
     assert get_trainer_class("weighted_positive+kl_cov").__name__ == "WeightedPositiveKLCovTrainer"
     assert main(["train", "--help"]) == 0
@@ -70,6 +70,6 @@ def test_the_methods_own_test_passes(example, tmp_path):
 
 
 def test_the_config_rejects_a_negative_weight(example, tmp_path):
-    config = example["exploration_trl/trainers/weighted_positive.py"].WeightedPositiveConfig
+    config = example["exploration_trl/trainers/methods/weighted_positive.py"].WeightedPositiveConfig
     with pytest.raises(ValueError, match="positive_weight is -1"):
         config(output_dir=str(tmp_path), positive_weight=-1.0)

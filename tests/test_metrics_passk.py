@@ -235,7 +235,7 @@ def test_parse_ks_callers_keep_their_messages(tmp_path):
     from exploration_trl.eval.command import parse_k_option
     from exploration_trl.eval.compare import compare
     from exploration_trl.eval.harness import summarize
-    from exploration_trl.trainers.heldout_eval import parse_eval_ks
+    from exploration_trl.trainers.components.heldout_eval import parse_eval_ks
 
     assert parse_k_option("8,1,2") == [1, 2, 8] and parse_k_option(None) is None
     for given, msg in [("1,two", "--k expects a comma-separated list of integers such as 1,2,4,8, got '1,two'"),

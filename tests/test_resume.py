@@ -1,7 +1,7 @@
-"""Exact resume (exploration_trl/trainers/resume.py): a run resumed from a checkpoint inside a rollout's updates equals
-the uninterrupted run, for every method and for dynamic sampling (whose refill iterator's position is saved too), in
-1 process and in 2 (real DDP, gloo); a checkpoint without the saved
-buffer (0.2.0, plain TRL) still resumes and says that the partial rollout is re-sampled.
+"""Exact resume (exploration_trl/trainers/components/resume.py): a run resumed from a checkpoint inside a rollout's
+updates equals the uninterrupted run, for every method and for dynamic sampling (whose refill iterator's position is
+saved too), in 1 process and in 2 (real DDP, gloo); a checkpoint without the saved buffer (0.2.0, plain TRL) still
+resumes and says that the partial rollout is re-sampled.
 
 Each launch of tests/resume_driver.py trains all methods (uninterrupted run, then the resumed one), so the 2-process
 launcher starts once. Measured: the resumed final weights equal the uninterrupted ones bit for bit (difference 0.0)
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exploration_trl.trainers.resume import STATE_FILE
+from exploration_trl.trainers.components.resume import STATE_FILE
 from helpers import grpo_kwargs, letter_reward, max_param_diff, toy_checkpoint, toy_dataset
 from resume_driver import LAYOUTS
 from test_multiprocess import ROOT, TESTS, _accelerate, _env

@@ -24,7 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 import exploration_trl as et
 from exploration_trl.ops.sync_count import SYNC_OPS, count_syncs, steps_sync_callback
-from exploration_trl.trainers.registry import METHODS
+from exploration_trl.trainers.composition import METHODS
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 NOT_LOGGING, LOGGING = 1, 2  # step indices (step 0 generates)
@@ -134,7 +134,7 @@ def test_metric_queue_reads_everything_in_one_copy_and_keeps_the_order():
     order queued; a name whose count is 0 is skipped; values to reduce go through `reduce_sum`, the others do not."""
     import torch
 
-    from exploration_trl.trainers.metric_queue import MetricQueue
+    from exploration_trl.trainers.components.metric_queue import MetricQueue
 
     queue = MetricQueue()
     queue.add("train", {"a": (torch.tensor(3.0), 2.0), "b": (0.0, torch.tensor(0))})
@@ -152,7 +152,7 @@ def test_checkpoint_inside_a_logging_window_keeps_the_queued_metrics(ckpt, tmp_p
     device values are in them (here CaSP's and the entropy split of the one step before the checkpoint)."""
     import torch
 
-    from exploration_trl.trainers.resume import STATE_FILE
+    from exploration_trl.trainers.components.resume import STATE_FILE
 
     cls = et.get_trainer_class("casp")
     args = cls.config_class(**grpo_kwargs(tmp_path, max_steps=1, logging_steps=5, save_strategy="steps",

@@ -77,7 +77,7 @@ def test_per_response_sum_hand_worked():
     has none): response means -2 and -4, so (sum -6, 2 responses) -> -3, where the token average is -8/3."""
     import torch
 
-    from exploration_trl.trainers.metrics_logging import per_response_sum
+    from exploration_trl.trainers.components.metrics_logging import per_response_sum
 
     assert per_response_sum(torch.tensor([-1.0, -3.0, -4.0]), torch.tensor([0, 0, 1]), 3) == (-6.0, 2.0)
     assert per_response_sum(torch.tensor([2.0]), torch.tensor([1]), 2) == (2.0, 1.0)
@@ -86,7 +86,7 @@ def test_per_response_sum_hand_worked():
 def test_lambda_per_response_uses_every_token_and_averages_per_response(ckpt, tmp_path, monkeypatch):
     import torch
 
-    from exploration_trl.trainers import metrics_logging
+    from exploration_trl.trainers.components import metrics_logging
 
     seen = []
     real = metrics_logging.per_response_sum

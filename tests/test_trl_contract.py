@@ -1,4 +1,6 @@
-"""The TRL 1.16 behaviours the base trainer relies on. Each test fails loudly if a TRL upgrade changes one."""
+"""The TRL 1.16 behaviours the boundary relies on (`exploration_trl/trainers/boundary/`: the trainer's TRL adapter,
+the vLLM support, the capture of TRL's forward, the copies of TRL's loss normalisation). Each test fails loudly if a
+TRL upgrade changes one."""
 
 import inspect
 
@@ -8,7 +10,7 @@ from trl import GRPOTrainer
 
 import exploration_trl as et
 from exploration_trl.ops.lm_head import token_statistics
-from exploration_trl.trainers.base import _Capture
+from exploration_trl.trainers.boundary.capture import _Capture
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 
@@ -124,8 +126,9 @@ def test_trl_generation_hooks_exist():
 
 
 def test_trl_rollout_buffer_and_step(ckpt, tmp_path):
-    """exploration_trl/trainers/resume.py saves and restores `_step` and `_buffered_inputs`: TRL's `_prepare_inputs`
-    must read exactly these, generating only when `_step % generate_every == 0` or the buffer is empty."""
+    """exploration_trl/trainers/components/resume.py saves and restores `_step` and `_buffered_inputs`: TRL's
+    `_prepare_inputs` must read exactly these, generating only when `_step % generate_every == 0` or the buffer is
+    empty."""
     trainer = make_trainer(ckpt, tmp_path, steps_per_generation=2, num_iterations=2)
     assert trainer._step == 0 and trainer._buffered_inputs is None
     trainer.model.train()
@@ -155,9 +158,10 @@ def test_trainer_checkpoint_hooks_for_resume_state():
 
 
 def test_trl_generation_calls_for_dynamic_sampling_replay(ckpt, tmp_path):
-    """`trainers/dynamic_sampling.py` replays a selected batch through TRL's `_generate_and_score_completions` by
-    overriding `_generate` and `_calculate_rewards`: TRL must call each exactly once, `_generate` with the rows'
-    prompts and returning an 8-tuple, and `_calculate_rewards` with `_generate`'s completions and completion ids."""
+    """`trainers/components/dynamic_sampling.py` replays a selected batch through TRL's
+    `_generate_and_score_completions` by overriding `_generate` and `_calculate_rewards`: TRL must call each exactly
+    once, `_generate` with the rows' prompts and returning an 8-tuple, and `_calculate_rewards` with `_generate`'s
+    completions and completion ids."""
     trainer = make_trainer(ckpt, tmp_path)
     trainer.model.train()
     calls = []
@@ -202,10 +206,10 @@ def test_trl_train_sampler_layout_for_dynamic_sampling_refills(ckpt, tmp_path):
 
 
 def test_hf_evaluation_schedule_for_heldout_eval(ckpt, tmp_path):
-    """`trainers/heldout_eval.py` relies on: TRL's GRPOTrainer not overriding `evaluate` (only `prediction_step`);
-    `Trainer._evaluate` calling `self.evaluate(...)` and reading `metric_for_best_model` from its result;
-    `Trainer.__init__` refusing `eval_strategy` without an `eval_dataset` (lifted for the duration of `__init__`);
-    TRL's `log` prefixing its metrics with `eval_` when the model is in eval mode."""
+    """`trainers/components/heldout_eval.py` relies on: TRL's GRPOTrainer not overriding `evaluate` (only
+    `prediction_step`); `Trainer._evaluate` calling `self.evaluate(...)` and reading `metric_for_best_model` from its
+    result; `Trainer.__init__` refusing `eval_strategy` without an `eval_dataset` (lifted for the duration of
+    `__init__`); TRL's `log` prefixing its metrics with `eval_` when the model is in eval mode."""
     from transformers import Trainer
 
     assert GRPOTrainer.evaluate is Trainer.evaluate
@@ -220,7 +224,7 @@ def test_hf_evaluation_schedule_for_heldout_eval(ckpt, tmp_path):
 
 
 def test_trl_log_appends_to_log_history_for_the_divergence_check(ckpt, tmp_path):
-    """`trainers/divergence.py` reads `state.log_history` after `super().log(...)`."""
+    """`trainers/callbacks/divergence.py` reads `state.log_history` after `super().log(...)`."""
     trainer = make_trainer(ckpt, tmp_path)
     trainer.model.train()
     trainer.log({"reward": 0.5, "entropy": 1.0})
@@ -228,8 +232,8 @@ def test_trl_log_appends_to_log_history_for_the_divergence_check(ckpt, tmp_path)
 
 
 def test_trl_entropy_bonus_reads_the_coefficient_the_entropy_band_sets():
-    """trainers/entropy_band.py with `entropy_band_knob: entropy_coef` sets `GRPOTrainer.entropy_coef` after each
-    optimizer step and switches `_entropy_bonus_enabled` on: TRL 1.16 decides the switch once at init and reads the
+    """trainers/callbacks/entropy_band.py with `entropy_band_knob: entropy_coef` sets `GRPOTrainer.entropy_coef` after
+    each optimizer step and switches `_entropy_bonus_enabled` on: TRL 1.16 decides the switch once at init and reads the
     coefficient on every micro-batch of `_compute_loss`; `cov_selection: global` reads the step's micro-batches from
     `_buffered_inputs` (pinned by `test_trl_rollout_buffer_and_step`)."""
     src = inspect.getsource(GRPOTrainer._compute_loss)
@@ -238,7 +242,7 @@ def test_trl_entropy_bonus_reads_the_coefficient_the_entropy_band_sets():
 
 
 def test_trl_vllm_behaviours_the_cpu_support_relies_on():
-    """`trainers/vllm_support.py` (vLLM on a CPU) relies on TRL 1.16:
+    """`trainers/boundary/vllm_support.py` (vLLM on a CPU) relies on TRL 1.16:
     - `GRPOTrainer.__init__` building its engine as `VLLMGeneration(...)`, the name imported into
       `trl.trainer.grpo_trainer` (the CPU subclass is put in its place while `__init__` runs);
     - the colocate sync handing vLLM's model one parameter at a time to `model.load_weights` (what vLLM's CPU backend,
@@ -274,9 +278,10 @@ def test_trl_vllm_behaviours_the_cpu_support_relies_on():
 
 
 def test_every_private_name_the_adapter_uses_exists_in_this_trl(ckpt, tmp_path):
-    """`trainers/base.py` is the one module that touches TRL's and transformers' private names (issue 45): each one
-    it reads, calls or overrides exists in the installed TRL, on a built trainer or on TRL's vLLM engine, and the
-    accessors return what the components expect of them."""
+    """The TRL adapter (`trainers/boundary/trl_adapter.py`) and the vLLM support (its CPU engine) are the modules that
+    touch TRL's and transformers' private names (issues 45 and 54): each one they read, call or override exists in the
+    installed TRL, on a built trainer or on TRL's vLLM engine, and the accessors return what the components expect of
+    them."""
     import ast
     import collections
     from pathlib import Path
@@ -284,10 +289,13 @@ def test_every_private_name_the_adapter_uses_exists_in_this_trl(ckpt, tmp_path):
     from trl.generation.vllm_generation import VLLMGeneration
 
     import exploration_trl.trainers.base as base
+    from exploration_trl.trainers.boundary import trl_adapter, vllm_support
 
     ours = {name for cls in (base.ExplorationGRPOTrainer,) for name in vars(cls)}
-    own_state = {"_capture", "_ds_replay", "_loss_inputs", "_loss_state", "_ran_hooks", "_given_once", "_divergence"}
-    used = {node.attr for node in ast.walk(ast.parse(Path(base.__file__).read_text()))
+    own_state = {"_capture", "_ds_replay", "_loss_inputs", "_loss_state", "_ran_hooks", "_given_once", "_divergence",
+                 "_assembled", "_server_weights_dir", "_Capture"}
+    used = {node.attr for module in (trl_adapter, vllm_support)
+            for node in ast.walk(ast.parse(Path(module.__file__).read_text()))
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")}
     theirs = used - own_state - {n for n in ours if n not in vars(GRPOTrainer) and not hasattr(GRPOTrainer, n)}
     trainer = make_trainer(ckpt, tmp_path)
@@ -333,13 +341,16 @@ def test_every_override_of_trl_defers_to_trl_until_init_finishes():
     """No override may read state only `__init__` sets: each one carries `trl_until_assembled`, which runs TRL's
     method until the trainer is assembled. A new override without it fails here."""
     from exploration_trl.trainers.base import ExplorationGRPOTrainer
+    from exploration_trl.trainers.boundary.trl_adapter import TRLAdapter
 
-    overrides = sorted(
-        name for name, value in vars(ExplorationGRPOTrainer).items()
+    overrides = {
+        f"{cls.__name__}.{name}": value for cls in (TRLAdapter, ExplorationGRPOTrainer)
+        for name, value in vars(cls).items()
         if inspect.isfunction(value) and not name.startswith("__") and hasattr(GRPOTrainer, name)
-    )
-    assert {"_generate", "_calculate_rewards", "compute_loss", "_generate_and_score_completions"} <= set(overrides)
-    unguarded = [n for n in overrides if not getattr(vars(ExplorationGRPOTrainer)[n], "trl_until_assembled", False)]
+    }
+    assert {f"TRLAdapter.{n}" for n in ("_generate", "_calculate_rewards", "compute_loss",
+                                        "_generate_and_score_completions")} <= set(overrides)
+    unguarded = sorted(n for n, value in overrides.items() if not getattr(value, "trl_until_assembled", False))
     assert unguarded == []
     assert ExplorationGRPOTrainer._assembled is False  # the class default a half-built trainer reads
 

@@ -9,7 +9,7 @@ vLLM engine (`trainer.vllm_generation`) and check that
 (a) the rollout statistics the methods use (ProGRPO's confidences, DS-GRPO's log-probs, CaSP's top-N candidates)
     come from the trainer's own pass whenever TRL runs one (the correction on, or off-policy training), and the loss
     never reads vLLM's log-probs; with the correction off and on-policy, TRL runs none, and DS-GRPO / ProGRPO take
-    vLLM's log-probs instead of an added forward (`trainers/vllm_support.py`), where they are TRL's quantity;
+    vLLM's log-probs instead of an added forward (`trainers/boundary/vllm_support.py`), where they are TRL's quantity;
 (b) TRL's importance-sampling ratio still multiplies each method's modified loss;
 (c) the dictionary keys involved are the ones TRL 1.16 writes and reads (so a rename in TRL fails here).
 """

@@ -1,11 +1,12 @@
 """vLLM server mode on a CPU (`-m vllm`): the launcher's own server command, TRL's client, and training with weight
 sync through vLLM's reload API.
 
-The server is started with exactly the command `scripts/launch_vllm_server_mode.sh` prints (`DRY_RUN=1`, no GPU: its
-CPU mode) on a free localhost port, waited for on `/health` (bounded), and stopped (its whole process group) at the
-end; the port is then closed. TRL 1.16's NCCL weight transfer needs CUDA, so on a CPU the trainer writes its weights
-to a folder and the server reloads them (`reload_weights` through the development endpoint `/collective_rpc`,
-`trainers/vllm_support.py`). `test_launcher_trains_on_cpu` runs the whole launcher: server, health, training, stop.
+The server is started with exactly the command `scripts/launch_vllm_server_mode.sh` prints (`DRY_RUN=1`, no GPU: its CPU
+mode) on a free localhost port, waited for on `/health` (bounded), and stopped (its whole process group) at the end; the
+port is then closed. TRL 1.16's NCCL weight transfer needs CUDA, so on a CPU the trainer writes its weights to a folder
+and the server reloads them (`reload_weights` through the development endpoint `/collective_rpc`,
+`trainers/boundary/vllm_support.py`). `test_launcher_trains_on_cpu` runs the whole launcher: server, health, training,
+stop.
 """
 
 from __future__ import annotations

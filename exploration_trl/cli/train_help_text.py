@@ -60,7 +60,7 @@ def train_help() -> str:
 
     from ..methods import method_info
     from ..trainers import METHODS, ExplorationGRPOConfig
-    from ..trainers.registry import LOSS_SIDE, example_composition
+    from ..trainers.composition import LOSS_SIDE, example_composition
 
     base_fields = ExplorationGRPOConfig.__dataclass_fields__
     out = [

@@ -243,7 +243,7 @@ def quiet_training_logs() -> Callable[[], None]:
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    from ..trainers.divergence import DivergenceWarning
+    from ..trainers.callbacks.divergence import DivergenceWarning
 
     catcher = warnings.catch_warnings()
     catcher.__enter__()

@@ -1,9 +1,9 @@
 """`exploration-trl countdown-tiny --curves`: where GRPO collapses over a long budget, does any method beat GRPO
 stopped early?
 
-Every setting trains from the shipped warm start (the demo's, `exploration_trl/data/warm_start/countdown_tiny`)
-on the countdown-tiny training problems, and is evaluated on the held-out problems at the steps of `EVAL_STEPS`
-by the trainer's held-out evaluation (`trainers/heldout_eval.py`): the checkpoints are evaluated as training goes,
+Every setting trains from the shipped warm start (the demo's, `exploration_trl/data/warm_start/countdown_tiny`) on the
+countdown-tiny training problems, and is evaluated on the held-out problems at the steps of `EVAL_STEPS` by the
+trainer's held-out evaluation (`trainers/components/heldout_eval.py`): the checkpoints are evaluated as training goes,
 not retrained. Each (setting, seed) run writes `<output>/runs/<label>__seed<s>.json` as soon as it ends, so an
 interrupted experiment resumes where it stopped. The verdicts follow `curves_rule.py`, fixed before any run.
 

@@ -137,10 +137,10 @@ def train_and_evaluate(name: str, method: str, overrides: dict[str, Any], settin
     held-out evaluation, then the saved model and its card (a job for `_common.run_jobs`)."""
     import torch
 
-    from ..deepspeed_import import import_deepspeed_only_when_used
+    from ..trainers.boundary.deepspeed_import import import_deepspeed_only_when_used
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
-    from ..trainers.weights import weights_changed, weights_fingerprint
+    from ..weights import weights_changed, weights_fingerprint
 
     import_deepspeed_only_when_used()  # in the worker process: no DeepSpeed warning from saving the model
     out = Path(output) / name

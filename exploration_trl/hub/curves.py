@@ -1,5 +1,5 @@
 """Training curves for a card: mean reward and token entropy per logged step, and the held-out pass@k when the
-trainer evaluated it (`trainers/heldout_eval.py`), from the trainer's log history."""
+trainer evaluated it (`trainers/components/heldout_eval.py`), from the trainer's log history."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def plot_training_curves(log_history: Sequence[Mapping] | None, out: str | Path 
 
     fig, axes = plt.subplots(1, 3 if heldout else 2, figsize=(14.4 if heldout else 9.6, 3.6))
     try:
-        if heldout:  # held-out pass@k of `trainers/heldout_eval.py`, with its 95% interval
+        if heldout:  # held-out pass@k of `trainers/components/heldout_eval.py`, with its 95% interval
             ax = axes[2]
             for key, (xs, ys) in heldout.items():
                 ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.6, label=key.removeprefix("eval_"))

@@ -256,7 +256,7 @@ def _warn_once(name: str, spec: Estimator, options, rewards, correct, advantages
     state = _STATE.setdefault(name, {"flags": None, "guard_done": False, "zero_done": False})
     threshold = getattr(options, "correct_reward_threshold", None)
     if spec.guard and not state["guard_done"]:
-        from ..trainers.correctness_guard import group_flags
+        from ..trainers.callbacks.correctness_guard import group_flags
 
         flags = group_flags(rewards, correct, size)
         state["flags"] = flags if state["flags"] is None else state["flags"] | flags

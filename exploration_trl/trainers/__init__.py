@@ -1,26 +1,29 @@
 """Trainers: `ExplorationGRPOTrainer` (TRL GRPO + the methods' hooks) and one config+trainer pair per method.
 
-Each method's module registers its strategy with `@register_method(MethodInfo(...))` (`exploration_trl.methods`) when
-it is imported, and defines its public trainer, a thin class that binds it (`method = "<name>"`). The built-in methods are imported below in the order `train --help`, errors and cards list them; every
-other module of this folder is imported after them, so a new method's module registers without a line here
+The folder has wings, each importing only those below it: `methods/` (one module per method: its strategy, config
+and record) stand on the trainer (`base.py`), its vocabulary (`config.py`, `strategy.py`) and its `components/` and
+`callbacks/`, which stand on `boundary/`, the only place that knows TRL's and vLLM's internals. `composition.py`
+builds the `advantage+loss` trainers. Each method's module registers its strategy with
+`@register_method(MethodInfo(...))` (`exploration_trl.methods`) when `methods/` is imported, and defines its public
+trainer, a thin class that binds it (`method = "<name>"`); a new method's module registers without a line here
 (`docs/writing_a_method.md`).
 """
 
-import importlib as _importlib
-import pkgutil as _pkgutil
+import sys as _sys
+import types as _types
 
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch
-from .progrpo import ProGRPOConfig, ProGRPOTrainer
-from .dsgrpo import DSGRPOConfig, DSGRPOTrainer
-from .casp import CaSPConfig, CaSPTrainer
-from .cov import ClipCovConfig, ClipCovTrainer, KLCovConfig, KLCovTrainer
-from .passk import PasskConfig, PasskTrainer, PKPOConfig, PKPOTrainer, UnlikelyConfig, UnlikelyTrainer
-from .maxrl import MaxRLConfig, MaxRLTrainer
-from .wreinforce import WReinforceConfig, WReinforceTrainer
-from .qae import QAEConfig, QAETrainer
-from .entropy_adv import EntropyAdvConfig, EntropyAdvTrainer
-from .outcome_explore import OutcomeExploreConfig, OutcomeExploreTrainer
-from .registry import METHODS, get_config_class, get_trainer_class, parse_method
+from .methods.progrpo import ProGRPOConfig, ProGRPOTrainer
+from .methods.dsgrpo import DSGRPOConfig, DSGRPOTrainer
+from .methods.casp import CaSPConfig, CaSPTrainer
+from .methods.cov import ClipCovConfig, ClipCovTrainer, KLCovConfig, KLCovTrainer
+from .methods.passk import PasskConfig, PasskTrainer, PKPOConfig, PKPOTrainer, UnlikelyConfig, UnlikelyTrainer
+from .methods.maxrl import MaxRLConfig, MaxRLTrainer
+from .methods.wreinforce import WReinforceConfig, WReinforceTrainer
+from .methods.qae import QAEConfig, QAETrainer
+from .methods.entropy_adv import EntropyAdvConfig, EntropyAdvTrainer
+from .methods.outcome_explore import OutcomeExploreConfig, OutcomeExploreTrainer
+from .composition import METHODS, get_config_class, get_trainer_class, parse_method
 from .. import methods as _methods
 from ..methods import MethodInfo, Paper, arxiv_paper, register_method
 
@@ -42,9 +45,6 @@ __all__ = [
     "arxiv_paper", "register_method",
 ]
 
-for _module in _pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        _importlib.import_module(f"{__name__}.{_module.name}")
 
 # Every registered method's trainer and config is importable from here (and as `exploration_trl.<Name>`), those of
 # a method module added to this folder included.
@@ -53,3 +53,30 @@ for _trainer_cls, _config_cls in list(METHODS.values()):
         globals().setdefault(_cls.__name__, _cls)
         if _cls.__name__ not in __all__:
             __all__.append(_cls.__name__)
+
+
+def _keep_pickled_paths() -> None:
+    """A checkpoint's `training_args.bin` pickles its config class by module path. Until 0.8 the method configs lived
+    in `exploration_trl.trainers.<method>` and a composed config pickled as
+    `exploration_trl.trainers.composition._rebuild_composed_config`: those paths still name the same objects (and only
+    those), so such a checkpoint loads and resumes."""
+    from . import composition, methods
+    from .config import ExplorationGRPOConfig
+
+    for name in ("progrpo", "dsgrpo", "casp", "cov", "passk", "maxrl", "wreinforce", "qae", "entropy_adv",
+                 "outcome_explore"):
+        module = getattr(methods, name)
+        configs = {key: value for key, value in vars(module).items() if isinstance(value, type)
+                   and issubclass(value, ExplorationGRPOConfig) and value.__module__ == module.__name__}
+        _pickled_path(name, module.__name__, configs)
+    _pickled_path("registry", composition.__name__,
+                  {"_rebuild_composed_config": composition._rebuild_composed_config})
+
+
+def _pickled_path(old: str, new: str, names: dict) -> None:
+    module = _types.ModuleType(f"{__name__}.{old}", f"The 0.8 path of what {new} defines now, for old pickles.")
+    vars(module).update(names)
+    _sys.modules.setdefault(module.__name__, module)
+
+
+_keep_pickled_paths()

@@ -111,7 +111,7 @@ class ExplorationGRPOConfig(GRPOConfig):
     )
     eval_benchmark: str | None = field(
         default=None,
-        metadata={"help": "Held-out pass@k while training (`trainers/heldout_eval.py`): a built-in benchmark name "
+        metadata={"help": "Held-out pass@k while training (`trainers/components/heldout_eval.py`): a built-in benchmark name "
                   "(`exploration-trl eval --list`) or a local .jsonl/.json/.parquet file with question/answer columns. "
                   "Evaluated on HF's schedule (eval_strategy: steps, eval_steps, eval_on_start); logs eval_pass@k "
                   "with a 95% interval, eval_distinct_correct and eval_token_entropy. null: off."},
@@ -133,7 +133,7 @@ class ExplorationGRPOConfig(GRPOConfig):
                   "sampler is seeded from it and the problem, the same at every evaluation; null: `seed`)."})
     divergence_window: int = field(
         default=20,
-        metadata={"help": "Logged steps the divergence check (`trainers/divergence.py`) averages over; 0 switches "
+        metadata={"help": "Logged steps the divergence check (`trainers/callbacks/divergence.py`) averages over; 0 switches "
                   "the check off."},
     )
     divergence_entropy_factor: float = field(
@@ -163,12 +163,12 @@ class ExplorationGRPOConfig(GRPOConfig):
     entropy_band: list[float] | None = field(
         default=None,
         metadata={"help": "Two-sided entropy controller: [low, high] nats per token. After each optimizer step the "
-                  "knob entropy_band_knob moves toward the band (trainers/entropy_band.py); None switches it off."},
+                  "knob entropy_band_knob moves toward the band (trainers/callbacks/entropy_band.py); None switches it off."},
     )
     entropy_band_knob: str = field(
         default="entropy_coef",
         metadata={"help": "What the controller moves: entropy_coef (TRL's entropy bonus) or a coefficient a registered "
-                  "method declares (trainers/entropy_band.py's KNOBS, read from the registry: e.g. kl_cov_coef, "
+                  "method declares (trainers/callbacks/entropy_band.py's KNOBS, read from the registry: e.g. kl_cov_coef, "
                   "casp_alpha, entropy_adv_alpha); a key of the method's config."},
     )
     entropy_band_rate: float = field(
@@ -220,12 +220,12 @@ class ExplorationGRPOConfig(GRPOConfig):
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
         check_choice(self, "exploration_metrics_lambda", EXPLORATION_LAMBDA_MODES)
-        from .heldout_eval import check_heldout_config
-        from .divergence import check_divergence_config
+        from .components.heldout_eval import check_heldout_config
+        from .callbacks.divergence import check_divergence_config
 
         check_heldout_config(self)
         check_divergence_config(self)
-        from .entropy_band import check_entropy_band
+        from .callbacks.entropy_band import check_entropy_band
 
         check_entropy_band(self)
 
@@ -264,7 +264,7 @@ DYNAMIC_SAMPLING_ON_EXHAUSTED = ("fill", "error")
 
 
 def check_dynamic_sampling(config):
-    """One-line errors for the dynamic-sampling keys (see `trainers/dynamic_sampling.py`)."""
+    """One-line errors for the dynamic-sampling keys (see `trainers/components/dynamic_sampling.py`)."""
     check_choice(config, "dynamic_sampling_metric", DYNAMIC_SAMPLING_METRICS)
     check_choice(config, "dynamic_sampling_on_exhausted", DYNAMIC_SAMPLING_ON_EXHAUSTED)
     rounds = config.dynamic_sampling_max_rounds

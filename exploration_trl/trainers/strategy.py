@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from .capture import _Capture
-    from .window_warning import WindowWarning
-    from .rollout import RolloutBatch
+    from .boundary.capture import _Capture
+    from .components.window_warning import WindowWarning
+    from .components.rollout import RolloutBatch
 
 __all__ = ["Strategy", "AdvantageStrategy", "LossStrategy", "bind_public_class", "build_strategies",
            "expected_hooks", "check_hooks_ran", "run_hook"]

@@ -1,9 +1,9 @@
 """`task: train`: the protocol on any model and task through `exploration-trl train`, once per (setting, seed).
 
 The protocol names a training YAML (`train_config`) that sets the model, data, rewards and the held-out evaluation
-(`eval_benchmark`, `eval_n`, ...; `trainers/heldout_eval.py`). Each run adds `method`, the setting's overrides,
-`seed`, `eval_seed` (the protocol's `eval.seed`), an evaluation and a checkpoint every `gcd(steps)` steps, and
-`max_steps = max(steps)`; a killed run resumes from its last checkpoint. eval_pass@1 and eval_pass@<eval_n> are read
+(`eval_benchmark`, `eval_n`, ...; `trainers/components/heldout_eval.py`). Each run adds `method`, the setting's
+overrides, `seed`, `eval_seed` (the protocol's `eval.seed`), an evaluation and a checkpoint every `gcd(steps)` steps,
+and `max_steps = max(steps)`; a killed run resumes from its last checkpoint. eval_pass@1 and eval_pass@<eval_n> are read
 from the checkpoint's log history, so the verdict is the countdown set-ups' (`analysis.py`)."""
 
 from __future__ import annotations

@@ -84,8 +84,8 @@ def eval_at_steps(steps):
 
 
 def attach_heldout_eval(trainer, bench, settings: Settings, steps, on_start: bool) -> None:
-    """Make `trainer` sample the held-out benchmark at the global `steps` (and before the first step when
-    `on_start`) with the experiment's evaluation settings (`trainers/heldout_eval.py`): pass@1 and pass@n, distinct
+    """Make `trainer` sample the held-out benchmark at the global `steps` (and before the first step when `on_start`)
+    with the experiment's evaluation settings (`trainers/components/heldout_eval.py`): pass@1 and pass@n, distinct
     correct answers and token entropy land in its log history (see `heldout_trajectory`)."""
     e, args = settings.eval, trainer.args
     trainer.heldout_benchmark = bench

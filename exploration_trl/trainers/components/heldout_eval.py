@@ -36,12 +36,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-__all__ = ["HeldoutEval", "eval_strategy_lifted", "check_heldout_config", "heldout_metrics", "passk_confidence_interval"]
+__all__ = ["HeldoutEval", "check_heldout_config", "heldout_metrics", "passk_confidence_interval"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ def check_heldout_config(args) -> None:
 
 def parse_eval_ks(ks: Any, n: int) -> list[int]:
     """`eval_ks` as a sorted list (a list, or a comma-separated string); default: 1, 2, 4, ..., n."""
-    from ..metrics import parse_ks
+    from ...metrics import parse_ks
 
     return parse_ks(
         ks, n,
@@ -85,7 +84,7 @@ def passk_confidence_interval(ns: list[int], cs: list[int], k: int) -> tuple[flo
     """`(mean, low, high)`: the unbiased pass@k averaged over problems and its 95% normal interval, from the
     spread of the per-problem estimates (standard error = std over problems / sqrt(problems)), clipped to [0, 1].
     One problem gives a zero-width interval."""
-    from ..metrics import pass_at_k
+    from ...metrics import pass_at_k
 
     per_problem = [float(pass_at_k(n, c, k)) for n, c in zip(ns, cs)]
     m = sum(per_problem) / len(per_problem)
@@ -101,7 +100,7 @@ def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: s
     `_ci_high`, `{prefix}_distinct_correct` (mean distinct correct answers per problem; absent for code; countdown also
     `{prefix}_distinct_correct_canonical`, up to commutativity/associativity),
     `{prefix}_token_entropy` (token-weighted, nats), `{prefix}_num_problems`."""
-    from ..eval.harness import summarize
+    from ...eval.harness import summarize
 
     summary = summarize(rows, ks=ks, answer_type=answer_type, diversity=False, semantic=False)
     ns = [len(r["correct"]) for r in rows]
@@ -116,7 +115,7 @@ def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: s
     if mult.get("mean") is not None:
         out[f"{prefix}_distinct_correct"] = float(mult["mean"])
     if answer_type == "countdown":  # also counted up to commutativity/associativity of + and *
-        from ..rewards.countdown import distinct_canonical
+        from ...rewards.countdown import distinct_canonical
 
         counts = [distinct_canonical(r.get("answers") or [], r["correct"]) for r in rows]
         out[f"{prefix}_distinct_correct_canonical"] = sum(counts) / len(counts)
@@ -124,22 +123,6 @@ def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: s
         out[f"{prefix}_token_entropy"] = float(summary["token_entropy"])
     out[f"{prefix}_num_problems"] = float(len(rows))
     return out
-
-
-@contextmanager
-def eval_strategy_lifted(targs, has_eval_data: bool, configured: bool):
-    """While TRL's `__init__` runs, set `eval_strategy` to "no" when a held-out benchmark replaces the
-    `eval_dataset` transformers would ask for (module docstring), and restore it after."""
-    lift = (targs is not None and configured and not has_eval_data
-            and str(getattr(targs.eval_strategy, "value", targs.eval_strategy)) != "no")
-    saved = targs.eval_strategy if lift else None
-    if lift:
-        targs.eval_strategy = "no"
-    try:
-        yield
-    finally:
-        if lift:
-            targs.eval_strategy = saved
 
 
 class HeldoutEval:
@@ -152,8 +135,8 @@ class HeldoutEval:
         self.benchmark = benchmark
         args = trainer.args
         if benchmark is None and getattr(args, "eval_benchmark", None) is not None:
-            from ..eval import EvalError
-            from ..eval.benchmarks import load_benchmark
+            from ...eval import EvalError
+            from ...eval.benchmarks import load_benchmark
 
             try:
                 self.benchmark = load_benchmark(args.eval_benchmark, limit=args.eval_num_problems)
@@ -163,11 +146,10 @@ class HeldoutEval:
     def evaluate(self, prefix: str = "eval") -> dict[str, float]:
         """Sample, grade and summarise the held-out benchmark with the current policy (every process must call it)."""
         from accelerate.utils import gather_object
-        from trl.models import unwrap_model_for_generation
 
-        from ..eval.generation import TransformersGenerator, derive_seed
-        from ..eval.harness import _grade
-        from ..rewards import get_reward
+        from ...eval.generation import TransformersGenerator, derive_seed
+        from ...eval.harness import _grade
+        from ...rewards import get_reward
 
         t = self.trainer
         bench, args = self.benchmark, t.args
@@ -185,10 +167,7 @@ class HeldoutEval:
                     "max_tokens": max_tokens, "seed": seed, "step": t.state.global_step}
         started = time.perf_counter()
         rows = []
-        with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
-                                         gather_deepspeed3_params=args.ds3_gather_for_generation,
-                                         gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model, \
-                torch.no_grad():
+        with t.unwrapped_for_generation() as model, torch.no_grad():
             generator = TransformersGenerator((model, t.processing_class))
             per_call = max(1, batch // n)
             for start in range(0, len(mine), per_call):

@@ -19,9 +19,10 @@ How it sits in TRL's flow (one generation batch; every process runs the same ste
    are gathered once, and each process takes its usual contiguous slice of the global batch (a group may span
    processes).
 4. **Replay.** TRL's `_generate_and_score_completions` runs once on the selected rows, with `_generate` and
-   `_calculate_rewards` returning the stored results (the trainer's overrides, `base.py`). Everything after
-   generation (advantages and their `scale_rewards` normalisation, old/ref log-probs, `num_items_in_batch`, logging,
-   the advantage hook, the rollout statistics, CaSP's candidates) therefore sees only the kept rows.
+   `_calculate_rewards` returning the stored results (the trainer's overrides, `boundary/trl_adapter.py`).
+   Everything after generation (advantages and their `scale_rewards` normalisation, old/ref log-probs,
+   `num_items_in_batch`, logging, the advantage hook, the rollout statistics, CaSP's candidates) therefore sees only
+   the kept rows.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from __future__ import annotations
 import torch
 from accelerate.utils import gather_object
 from torch.utils.data import IterableDataset
-from trl.trainer.utils import RepeatSampler
 
-from ..core.dynamic_sampling import GroupSelector, group_varies, rows_of_groups
+from ...core.dynamic_sampling import GroupSelector, group_varies, rows_of_groups
 
 
 class DynamicSampling:
@@ -94,7 +94,7 @@ class DynamicSampling:
 
     def sampling_round(self, inputs):
         """Generate and score one batch with TRL's own methods; return per-row records and global rewards."""
-        from ..rewards import pop_outcomes
+        from ...rewards import pop_outcomes
 
         t = self.trainer
         prompts = [x["prompt"] for x in inputs]
@@ -144,15 +144,10 @@ class DynamicSampling:
             self.iterator = iter(self.dataloader)
             return next(self.iterator)
 
-    def refill_sampler(self, dataset) -> RepeatSampler:
-        # TRL's `_get_train_sampler` layout, each prompt batch once (TRL repeats it steps_per_generation x
-        # num_iterations times for its buffered steps), and another seed so refills are not the main loop's prompts.
-        t = self.trainer
-        return RepeatSampler(
-            data_source=dataset, mini_repeat_count=t.num_generations,
-            batch_size=t.args.generation_batch_size // t.num_generations, repeat_count=1,
-            shuffle=t.shuffle_dataset, seed=t.args.seed + 1,
-        )
+    def refill_sampler(self, dataset):
+        # TRL's sampler layout, each prompt batch once (TRL repeats it steps_per_generation x num_iterations times for
+        # its buffered steps), and another seed so refills are not the main loop's prompts.
+        return self.trainer.trl_sampler(dataset, repeat_count=1, seed=self.trainer.args.seed + 1)
 
     # ------------------------------------------------------------------ exchange and replay
     def exchange(self, order, rows, rewards, n_local):

@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import losses as core_loss
-from ..core._utils import broadcast_advantages
-from ..methods import MethodInfo, arxiv_paper, register_method
-from ..ops.hashing import ID_BITS, stream, unique_keys
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
-from .capture import _Capture
+from ...core import losses as core_loss
+from ...core._utils import broadcast_advantages
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ...ops.hashing import ID_BITS, stream, unique_keys
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+from ..boundary.capture import _Capture
 from .cov_global import GlobalCovSelection, check_cov_selection
-from .window_warning import WindowWarning
-from .strategy import LossStrategy
+from ..components.window_warning import WindowWarning
+from ..strategy import LossStrategy
 
 #: Per micro-batch, 1 when Clip-Cov selected no token (no covariance inside its window).
 NO_SELECTION = "clip_cov/no_selection_frac"
@@ -38,7 +38,8 @@ def _default_updates_per_rollout(config):
 _COV_SELECTION_HELP = (
     "Where the top-covariance tokens are chosen: 'local' (default; within each process's micro-batch, as the official "
     "code, no added cost) or 'global' (over every micro-batch of the optimizer step and every process: the same "
-    "tokens whatever the number of processes, for one added no-grad forward per step; see trainers/cov_global.py)."
+    "tokens whatever the number of processes, for one added no-grad forward per step; see "
+    "trainers/methods/cov_global.py)."
 )
 
 

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import advantages as core_adv
-from ..methods import MethodInfo, arxiv_paper, register_method
-from ..rewards._base import is_correct
-from ._prompt_tokens import user_token_mask
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
-from .correctness_guard import guard_correctness
-from .strategy import AdvantageStrategy
+from ...core import advantages as core_adv
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ...rewards._base import is_correct
+from ..boundary.prompt_tokens import user_token_mask
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
+from ..callbacks.correctness_guard import guard_correctness
+from ..strategy import AdvantageStrategy
 
 PROGRPO_BASELINES = ("prompt", "group_mean")
 PROGRPO_PROMPT_TOKENS = ("all", "user")

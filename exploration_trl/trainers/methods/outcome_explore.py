@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import bonuses as core_bonus
-from ..core._utils import masked_sum
-from ..errors import NoOutcomeError
-from ..methods import MethodInfo, arxiv_paper, register_method
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
-from .window_warning import WindowWarning
-from .strategy import AdvantageStrategy
+from ...core import bonuses as core_bonus
+from ...core._utils import masked_sum
+from ...errors import NoOutcomeError
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
+from ..components.window_warning import WindowWarning
+from ..strategy import AdvantageStrategy
 
 #: 1 for a generation batch in which no completion stated an answer its reward could read.
 NO_ANSWER = "outcome_explore/no_answer_batch_frac"

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import bonuses as core_bonus
-from ..core._utils import as_valid, broadcast_advantages, masked_sum
-from ..methods import MethodInfo, arxiv_paper, register_method
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, check_non_negative
-from .capture import _Capture
-from .window_warning import WindowWarning
-from .strategy import LossStrategy
+from ...core import bonuses as core_bonus
+from ...core._utils import as_valid, broadcast_advantages, masked_sum
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, check_non_negative
+from ..boundary.capture import _Capture
+from ..components.window_warning import WindowWarning
+from ..strategy import LossStrategy
 
 #: Per micro-batch, 1 when the term added nothing to any token (every advantage 0, or alpha 0).
 NO_TERM = "entropy_adv/no_term_frac"

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import estimators as core_est
-from ..methods import MethodInfo, arxiv_paper, register_method
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice
-from .config import check_sum_then_normalize
-from .window_warning import WindowWarning
-from .strategy import AdvantageStrategy
+from ...core import estimators as core_est
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice
+from ..config import check_sum_then_normalize
+from ..components.window_warning import WindowWarning
+from ..strategy import AdvantageStrategy
 
 #: 1 for a generation batch whose advantages were all 0 (every group's rewards equal).
 ZERO_BATCH = "qae/zero_advantage_batch_frac"

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import HookDidNotRunError, NoRewardError
-from ..ops.lm_head import token_statistics
-from ._collectives import gather_rows
-from ._generation_logps import GenerationLogps, padded
-from .capture import _Capture
+from ...errors import HookDidNotRunError, NoRewardError
+from ...ops.lm_head import token_statistics
+from .collectives import gather_rows
+from ..boundary.generation_logps import GenerationLogps, padded
+from ..boundary.capture import _Capture
 from .window_warning import WindowWarning
 
 #: TRL's multimodal inputs, passed on to its forward passes when present.
@@ -118,7 +118,7 @@ class Rollout:
 
         Queued for the next log (no device read on the step). The queue logs a global `sum / count`: only the main
         process counts the entry, so the reduced count is 1 and the value is the sum over processes."""
-        from ..rewards import pop_failure_counts
+        from ...rewards import pop_failure_counts
 
         t = self.trainer
         counts = pop_failure_counts()

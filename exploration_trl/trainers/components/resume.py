@@ -60,8 +60,8 @@ def _write_atomic(obj, path: str) -> None:
 
 
 class Resume:
-    """One trainer's exact resume (module docstring) and its Ctrl-C checkpoint. The trainer's TRL adapter (`base.py`)
-    calls `state` when TRL saves its RNG state, `load` when TRL restores it, `guard_checkpoint` around TRL's
+    """One trainer's exact resume (module docstring) and its Ctrl-C checkpoint. The trainer's TRL adapter
+    (`boundary/trl_adapter.py`) calls `state` when TRL saves its RNG state, `load` when TRL restores it, `guard_checkpoint` around TRL's
     checkpoint save and `on_interrupt` when training is interrupted."""
 
     def __init__(self, trainer):

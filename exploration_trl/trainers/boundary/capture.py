@@ -1,7 +1,7 @@
 """Reading what TRL's own forward passes compute: the policy's LM head under any wrapper and sharding, and the
 backbone's hidden states captured from TRL's fused-head forward (`LMHead`, a component of the trainer).
 
-The trainer's override of TRL's `_get_per_token_logps_and_entropies` (`base.py`, the TRL adapter) fills a `_Capture`
+The trainer's override of TRL's `_get_per_token_logps_and_entropies` (`trl_adapter.py`) fills a `_Capture`
 while a capture is asked for: the rollout pass (a method needs the rollout policy's statistics) or the loss pass (a
 loss hook or the exploration metrics read the hidden states).
 """

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import losses as core_loss
-from ..core._utils import broadcast_advantages
-from ..methods import MethodInfo, arxiv_paper, register_method
-from ..ops.lm_head import candidate_logps, token_statistics
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
-from .capture import _Capture
-from .strategy import LossStrategy
+from ...core import losses as core_loss
+from ...core._utils import broadcast_advantages
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ...ops.lm_head import candidate_logps, token_statistics
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+from ..boundary.capture import _Capture
+from ..strategy import LossStrategy
 
 
 @dataclass

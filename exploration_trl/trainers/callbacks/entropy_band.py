@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from transformers import TrainerCallback
 
-from ..methods import METHODS, method_info
+from ...methods import METHODS, method_info
 
 
 class _Knobs(Mapping):

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import estimators as core_est
-from ..methods import MethodInfo, arxiv_paper, register_method
-from ..rewards._base import is_correct
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
-from .config import check_sum_then_normalize
-from .correctness_guard import guard_correctness
-from .window_warning import WindowWarning
-from .strategy import AdvantageStrategy
+from ...core import estimators as core_est
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ...rewards._base import is_correct
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
+from ..config import check_sum_then_normalize
+from ..callbacks.correctness_guard import guard_correctness
+from ..components.window_warning import WindowWarning
+from ..strategy import AdvantageStrategy
 
 #: 1 for a generation batch whose advantages were all 0 (PSR without a correct completion, NSR without a wrong one).
 ZERO_BATCH = "wreinforce/zero_advantage_batch_frac"

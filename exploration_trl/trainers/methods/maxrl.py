@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import estimators as core_est
-from ..core._utils import masked_sum
-from ..methods import MethodInfo, arxiv_paper, register_method
-from ..rewards._base import is_correct
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
-from .config import check_sum_then_normalize
-from .correctness_guard import guard_correctness
-from .window_warning import WindowWarning
-from .strategy import AdvantageStrategy
+from ...core import estimators as core_est
+from ...core._utils import masked_sum
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ...rewards._base import is_correct
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
+from ..config import check_sum_then_normalize
+from ..callbacks.correctness_guard import guard_correctness
+from ..components.window_warning import WindowWarning
+from ..strategy import AdvantageStrategy
 
 #: 1 for a generation batch whose advantages were all 0 (every group all correct or all wrong).
 ZERO_BATCH = "maxrl/zero_advantage_batch_frac"

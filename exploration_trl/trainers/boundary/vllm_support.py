@@ -1,6 +1,6 @@
 """vLLM in the trainers: a weight sync vLLM's CPU backend accepts, vLLM's own log-probs reused for the methods'
 rollout statistics, and a clean shutdown (`VLLMSupport`, a component of the trainer; the CPU engine,
-`CPUVLLMGeneration`, subclasses TRL's and so lives in the TRL adapter, `base.py`).
+`CPUVLLMGeneration`, subclasses TRL's and is defined at the end of this module).
 
 **Weight sync on CPU.** TRL 1.16's colocate sync (`VLLMGeneration.sync_weights`) hands vLLM's model one parameter at
 a time to `model.load_weights`. vLLM's CPU backend packs every linear layer's weight for oneDNN when it loads the
@@ -41,10 +41,11 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
+from functools import cache
 
 import torch
 
-from ..vllm_engine import cpu_head_size_problem, shutdown_llm, vllm_runs_on_cpu
+from ...vllm_engine import cpu_head_size_problem, shutdown_llm, vllm_runs_on_cpu
 from .capture import _Capture
 
 #: `generation_kwargs` keys whose presence does not change vLLM's log-probs (all others may).
@@ -52,8 +53,16 @@ _NEUTRAL_GENERATION_KWARGS = frozenset({"seed", "max_tokens", "stop", "stop_toke
                                         "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output"})
 
 
+def vllm_installed() -> bool:
+    """Whether TRL finds a vLLM it can use (installed, in the versions TRL supports)."""
+    from trl.import_utils import is_vllm_available
+
+    return is_vllm_available()
+
+
 def vllm_on_cpu(config) -> bool:
-    """Whether this run generates with vLLM without a GPU: TRL's engine is then replaced by the CPU one (`base.py`)."""
+    """Whether this run generates with vLLM without a GPU: TRL's engine is then replaced by the CPU one
+    (`cpu_generation_class`)."""
     return config is not None and getattr(config, "use_vllm", False) and not torch.cuda.is_available()
 
 
@@ -86,7 +95,7 @@ def trl_builds(cls):
 
 
 # ----------------------------------------------------------------------------------- the CPU engine's weight sync
-# `CPUVLLMGeneration` (the TRL adapter, `base.py`) subclasses TRL's engine and calls these.
+# `CPUVLLMGeneration` (`cpu_generation_class`, below) subclasses TRL's engine and calls these.
 def server_without_nccl(engine) -> bool:
     return engine.mode == "server" and engine.accelerator.device.type != "cuda"
 
@@ -259,3 +268,42 @@ class VLLMSupport:
             generation.llm = None
             shutdown_llm(llm)
         t.vllm_generation = None
+
+
+# ---------------------------------------------------------------------------------------------- vLLM on a CPU
+@cache
+def cpu_generation_class():
+    """`CPUVLLMGeneration`, TRL's `VLLMGeneration` with the CPU weight syncs (defined lazily: it subclasses TRL's)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    return _define_cpu_class(VLLMGeneration)
+
+
+def _define_cpu_class(base):
+    class CPUVLLMGeneration(base):
+        """TRL's `VLLMGeneration`, syncing weights through vLLM's reload API when vLLM runs on the CPU
+        (`vllm_support.py` says why and holds the steps)."""
+
+        _server_weights_dir: str | None = None  # the folder server mode reloads from (removed by `close`)
+
+        def _init_vllm(self):
+            # Relies on TRL 1.16's server branch of `_init_vllm` being a `VLLMClient` plus `init_communicator`.
+            if not server_without_nccl(self):
+                return super()._init_vllm()
+            connect_server(self)
+
+        def sync_weights(self):
+            if self.mode == "colocate" and vllm_runs_on_cpu():
+                if self.enable_sleep_mode:  # as TRL does before loading
+                    self.llm.wake_up(tags=["weights"])
+                    self._llm_weights_sleeping = False
+                reload_colocated(self, copied(self._iter_named_params()))
+            elif server_without_nccl(self):
+                reload_server_from_disk(self, copied(self._iter_named_params()))
+            else:
+                super().sync_weights()
+
+        def close(self):
+            remove_weights_dir(self)
+
+    return CPUVLLMGeneration

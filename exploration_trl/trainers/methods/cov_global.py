@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import torch
 
-from ..core import losses as core_loss
-from ..core._utils import as_valid, broadcast_advantages
-from ._collectives import gather_rows
-from .config import check_choice
-from .rollout import MULTIMODAL_KEYS
+from ...core import losses as core_loss
+from ...core._utils import as_valid, broadcast_advantages
+from ..components.collectives import gather_rows
+from ..config import check_choice
+from ..components.rollout import MULTIMODAL_KEYS
 
 COV_SELECTIONS = ("local", "global")
 

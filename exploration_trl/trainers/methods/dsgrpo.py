@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import advantages as core_adv
-from ..core._utils import broadcast_advantages, masked_sum
-from ..methods import MethodInfo, arxiv_paper, register_method
-from ..rewards._base import is_correct
-from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
-from .correctness_guard import guard_correctness
-from .window_warning import WindowWarning
-from .strategy import AdvantageStrategy
+from ...core import advantages as core_adv
+from ...core._utils import broadcast_advantages, masked_sum
+from ...methods import MethodInfo, arxiv_paper, register_method
+from ...rewards._base import is_correct
+from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
+from ..callbacks.correctness_guard import guard_correctness
+from ..components.window_warning import WindowWarning
+from ..strategy import AdvantageStrategy
 
 #: The share of (process, generation batch) pairs whose smoothing shift outweighed GRPO's advantages.
 SHIFT_EXCEEDS = "dsgrpo/shift_exceeds_advantage_frac"

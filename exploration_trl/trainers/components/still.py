@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import advantages as core_adv
+from ...core import advantages as core_adv
 from .rollout import RolloutBatch
 
 
