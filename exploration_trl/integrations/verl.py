@@ -106,7 +106,7 @@ class Estimator:
 
     method: str  #: the package's method name (its TRL config holds the keys and defaults)
     display: str
-    check: str  #: the function of `exploration_trl.trainers.<method module>` that checks the method's keys
+    check: str  #: the function of `exploration_trl.trainers.methods.<method module>` that checks the method's keys
     compute: Callable[..., torch.Tensor]  #: `(options, rewards, correct, valid, size) -> advantages`, padded layout
     uses_scale: bool = False  #: reads `scale_rewards`
     uses_correct: bool = True  #: reads `correct_reward_threshold`
@@ -227,7 +227,7 @@ def estimator_options(name: str, config=None, num_generations: int | None = None
     module, function = spec.check.split(":")
     from importlib import import_module
 
-    check = getattr(import_module(f"exploration_trl.trainers.{module}"), function)
+    check = getattr(import_module(f"exploration_trl.trainers.methods.{module}"), function)
     try:
         check(options)
         if spec.uses_scale and options.scale_rewards not in SCALES:
@@ -238,7 +238,7 @@ def estimator_options(name: str, config=None, num_generations: int | None = None
     return options
 
 
-#: Per process and name: the correctness flags so far (see `trainers.correctness_guard.group_flags`) and what was said.
+#: Per process and name: the correctness flags so far (see `trainers.callbacks.correctness_guard.group_flags`) and what was said.
 _STATE: dict[str, dict[str, Any]] = {}
 
 
