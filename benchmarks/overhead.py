@@ -358,7 +358,7 @@ def check(runs: dict) -> list[str]:
 
 def plot_scaling(runs: list[dict], path: Path):
     """One panel per axis (vocabulary, completion tokens, G), rows: CPU ×TRL at TRL's default logging, at
-    `logging_steps: 1`, and peak memory ×TRL at TRL's default logging. Cells not measured are left out."""
+    `logging_steps: 1`, and peak allocated memory ×TRL at TRL's default logging. Cells not measured are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -367,7 +367,7 @@ def plot_scaling(runs: list[dict], path: Path):
     factors = [("vocab_size", "vocabulary"), ("completion_length", "completion tokens"), ("num_generations", "G")]
     rows = [(TRL_LOGGING_STEPS, "cpu_ratio", "best", f"CPU ×TRL, logging_steps {TRL_LOGGING_STEPS}"),
             (1, "cpu_ratio", "best", "CPU ×TRL, logging_steps 1"),
-            (TRL_LOGGING_STEPS, "memory_ratio", "median", f"peak memory ×TRL, logging_steps {TRL_LOGGING_STEPS}")]
+            (TRL_LOGGING_STEPS, "alloc_ratio", "median", f"peak allocated ×TRL, logging_steps {TRL_LOGGING_STEPS}")]
     runs = [r for r in runs if r.get("methods")]
     methods = list(dict.fromkeys(m for r in runs for m in r["methods"] if m != "trl"))
     colors = {m: plt.cm.tab20(i % 20) for i, m in enumerate(methods)}
@@ -379,7 +379,9 @@ def plot_scaling(runs: list[dict], path: Path):
                       and all(r["workload"][k] == BASE[k] for k in BASE if k != key)]
             points.sort(key=lambda r: r["workload"][key])
             for m in methods:
-                xy = [(r["workload"][key], r["methods"][m][metric][stat]) for r in points if m in r["methods"]]
+                # peak allocated where the trials have it, else peak RSS (runs before it was measured)
+                xy = [(r["workload"][key], r["methods"][m].get(metric, r["methods"][m]["memory_ratio"])[stat])
+                      for r in points if m in r["methods"]]
                 if xy:
                     ax.plot(*zip(*xy, strict=True), marker="o", ms=3, lw=1, color=colors[m], label=m)
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
