@@ -14,10 +14,18 @@ disturbance. Writes `benchmarks/overhead.json`.
     python benchmarks/overhead.py --check               # exit 1 if a best CPU ratio misses its target beyond noise
     python benchmarks/overhead.py --no-metrics          # exploration_metrics: false
     python benchmarks/overhead.py --logging-steps 10    # the LM-head metrics on every 10th step only
-    python benchmarks/overhead.py --scaling             # vocabulary 32k/152k, length 64/512, G 8/16 (~30 min)
+    python benchmarks/overhead.py --scaling             # TRL and every registered method, one factor at a time:
+                                                        # length 64/512/2,048, vocabulary 32k/152k, G 8/16, each at
+                                                        # logging_steps 10 (TRL's default) and 1 (hours on 2 cores)
+    python benchmarks/overhead.py --scaling --list-cells                 # its cells, largest first
+    python benchmarks/overhead.py --scaling --workloads V151936 --deadline $(( $(date +%s) + 3600 ))
+                                                        # some cells; no trial started after the deadline
+    python benchmarks/overhead.py --scaling --resume    # run what benchmarks/scaling.json lacks (it is saved
+                                                        # after every trial; progress on stderr)
     python benchmarks/overhead.py --summarize benchmarks/scaling.json   # re-summarise a saved run
     python benchmarks/overhead.py --device cuda         # one GPU, Qwen2.5-0.5B at random weights, TRL and every
                                                         # registered method (overhead_device.py)
+    python benchmarks/overhead.py --device cuda --large # 2,048 tokens at 151,936 vocabulary, TRL and a few methods
     python benchmarks/overhead.py --dry-run             # the device mode's code on CPU, tiny (a test runs it)
 """
 
@@ -41,14 +49,41 @@ TIME_TARGETS = {"grpo": 1.03, "casp": 1.05, "kl_cov": 1.05, "clip_cov": 1.05, "p
 OFF_POLICY_TIME_TARGET = 1.03
 MEMORY_TARGET = 1.03
 BASE = {"vocab_size": 32768, "completion_length": 64, "num_generations": 8}
-#: The scaling run varies one factor at a time from BASE.
-SCALING = [dict(BASE), {**BASE, "vocab_size": 151936}, {**BASE, "completion_length": 512},
-           {**BASE, "num_generations": 16}]
+#: TRL's own `logging_steps` default (`GRPOConfig`): the exploration metrics' LM-head pass runs on 1 step in 10.
+TRL_LOGGING_STEPS = 10
+#: The scaling run varies one factor at a time from BASE, the largest workloads first (a run cut short by
+#: `--deadline` has measured those): 2,048 tokens, Qwen2.5's 151,936-token vocabulary, G = 16, 512 tokens, BASE.
+#: `batch` is the per-device batch (default G): at 2,048 tokens TRL's own (B, T, vocab) logits need it smaller, and
+#: the G completions of a rollout then go through G / batch accumulated micro-batches, one optimizer step per
+#: rollout, for TRL and every method alike.
+SCALING_WORKLOADS = [{**BASE, "completion_length": 2048, "batch": 2}, {**BASE, "vocab_size": 151936},
+                     {**BASE, "num_generations": 16}, {**BASE, "completion_length": 512}, dict(BASE)]
+#: Each workload at TRL's default logging and at `logging_steps: 1` (the metrics on every step).
+SCALING_LOGGING = [TRL_LOGGING_STEPS, 1]
+#: Optimizer steps per trial (the first not timed) where a step takes a minute or more on 2 cores.
+LONG_WORKLOAD_STEPS = {2048: 2}
+
+
+def workload_name(workload: dict) -> str:
+    """`V151936_T64_G8_log10`; `_b2` where the per-device batch is not G."""
+    name = f"V{workload['vocab_size']}_T{workload['completion_length']}_G{workload['num_generations']}"
+    if workload.get("batch", workload["num_generations"]) != workload["num_generations"]:
+        name += f"_b{workload['batch']}"
+    return name + f"_log{workload['logging_steps']}"
+
+
+def scaling_grid() -> list[dict]:
+    """Every (workload, logging) cell of `--scaling`, in the order they are measured."""
+    return [{**w, "logging_steps": ls} for w in SCALING_WORKLOADS for ls in SCALING_LOGGING]
 
 
 def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_generations: int, out: str,
-              threads: int, metrics: bool, steps_per_generation: int, logging_steps: int = 1) -> dict:
-    """One training run in this process; returns its mean step wall and CPU time and its peak RSS growth."""
+              threads: int, metrics: bool, steps_per_generation: int, logging_steps: int = 1,
+              batch: int | None = None) -> dict:
+    """One training run in this process; returns its mean step wall and CPU time and its peak RSS growth.
+
+    `batch` (default `num_generations`) is the per-device batch; a smaller one splits each rollout into
+    `num_generations / batch` accumulated micro-batches (still one optimizer step per rollout)."""
     import psutil
     import torch
     from datasets import Dataset
@@ -64,14 +99,18 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
         trainer_cls = et.get_trainer_class(method)
         config_cls = trainer_cls.config_class
     extra = {} if method == "trl" else {"exploration_metrics": metrics}
+    batch = batch or num_generations
+    accumulation = num_generations // batch
     args = config_cls(
         **extra,
-        output_dir=out, per_device_train_batch_size=num_generations, num_generations=num_generations,
+        output_dir=out, per_device_train_batch_size=batch, num_generations=num_generations,
+        gradient_accumulation_steps=accumulation,
         max_completion_length=completion_length, max_steps=steps, learning_rate=1e-4, logging_steps=logging_steps,
         save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=0, disable_tqdm=True,
         gradient_checkpointing=False,
         # Same workload for every method: the same rollouts per optimizer step, full-length completions.
-        steps_per_generation=steps_per_generation, generation_kwargs={"min_new_tokens": completion_length},
+        steps_per_generation=steps_per_generation * accumulation,
+        generation_kwargs={"min_new_tokens": completion_length},
     )
     dataset = Dataset.from_dict({"prompt": ["abc", "bca", "cab", "acb"] * 16})
 
@@ -96,13 +135,18 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
 
     trainer = trainer_cls(model=ckpt, reward_funcs=reward, args=args, train_dataset=dataset, callbacks=[CpuTime()])
     proc = psutil.Process()
+    allocated = _malloc_in_use()
     before = proc.memory_info().rss
     peak = [before]
+    before_alloc = allocated() if allocated else None
+    peak_alloc = [before_alloc]
     done = threading.Event()
 
     def sample():
         while not done.is_set():
             peak[0] = max(peak[0], proc.memory_info().rss)
+            if allocated:
+                peak_alloc[0] = max(peak_alloc[0], allocated())
             time.sleep(0.002)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -116,7 +160,39 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
     # warm-up step, so the wall time is then taken from the callback's wall clock instead.
     step_times = wall_times[1:]
     return {"step_time": statistics.mean(step_times), "step_cpu": statistics.mean(cpu_times[1:]),
-            "peak_rss_delta_mb": (peak[0] - before) / 2**20}
+            "peak_rss_delta_mb": (peak[0] - before) / 2**20,
+            "peak_alloc_delta_mb": (peak_alloc[0] - before_alloc) / 2**20 if allocated else None}
+
+
+def _malloc_in_use():
+    """A function returning the bytes glibc's malloc has handed out and not had back (`mallinfo2`: every arena's
+    in-use chunks plus mmapped blocks), or None off glibc. Unlike RSS it does not count freed memory the allocator
+    keeps, which makes the resident peak depend on what was freed before (a few tens of MB on this benchmark)."""
+    import ctypes
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        function = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = Mallinfo2
+
+    def in_use() -> int:
+        info = function()
+        return info.uordblks + info.hblkhd
+
+    return in_use
+
+
+def registered_methods() -> list[str]:
+    """TRL and every method of the `exploration_trl.methods` registry, in registration order."""
+    import exploration_trl.trainers  # noqa: F401  (registers the methods)
+    from exploration_trl.methods import METHODS as REGISTERED
+
+    return ["trl", *REGISTERED]
 
 
 def machine_load() -> str:
@@ -128,34 +204,77 @@ def _spread(values: list[float]) -> dict:
     return {"min": round(min(values), 4), "median": round(statistics.median(values), 4), "max": round(max(values), 4)}
 
 
-def measure(workload: dict, methods: list[str], rounds: int, steps: int, threads: int, metrics: bool,
-            steps_per_generation: int, label: str, logging_steps: int = 1) -> dict:
-    """Interleaved trials of `methods` on one workload; returns per-method spreads and ratios to `trl`."""
+def trial_command(method: str, ckpt: str, workload: dict, steps: int, threads: int, metrics: bool,
+                  steps_per_generation: int, logging_steps: int) -> list[str]:
+    """The child process of one trial."""
+    cmd = [sys.executable, __file__, "--trial", method, ckpt, "--steps", str(steps), "--threads", str(threads),
+           "--completion-length", str(workload["completion_length"]),
+           "--num-generations", str(workload["num_generations"]),
+           "--batch", str(workload.get("batch", workload["num_generations"])),
+           "--steps-per-generation", str(steps_per_generation), "--logging-steps", str(logging_steps)]
+    return cmd + ([] if metrics else ["--no-metrics"])
+
+
+def toy_checkpoint(path: Path, workload: dict) -> str:
+    """The toy of `workload`'s vocabulary, with room for its prompt and completion positions."""
     from exploration_trl.toy import make_toy_checkpoint
 
-    results: dict[str, list[dict]] = {m: [] for m in methods}
+    positions = max(1024, workload["completion_length"] + 128)  # the toy's default is 1024 (RoPE: same weights)
+    return str(make_toy_checkpoint(path, alphabet="abc", vocab_size=workload["vocab_size"],
+                                   max_position_embeddings=positions))
+
+
+def measure(workload: dict, methods: list[str], rounds: int, steps: int, threads: int, metrics: bool,
+            steps_per_generation: int, label: str, logging_steps: int = 1, results: dict | None = None,
+            on_trial=None, deadline: float | None = None) -> dict:
+    """Interleaved trials of `methods` on one workload; returns per-method spreads and ratios to `trl`.
+
+    `results` holds trials already measured (a resumed run): round r of a method that has r trials is skipped.
+    `on_trial(results)` is called after every trial (the scaling run saves its JSON there). No trial starts after
+    `deadline` (seconds since the epoch); a failed trial is recorded under `failed` and the run goes on."""
+    results = results if results is not None else {}
+    for m in methods:
+        results.setdefault(m, [])
+    failed: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = str(make_toy_checkpoint(Path(tmp) / "ckpt", alphabet="abc", vocab_size=workload["vocab_size"]))
+        ckpt = None
         for r in range(rounds):
             order = methods[r % len(methods):] + methods[: r % len(methods)]  # rotate the start each round
             for m in order:
-                cmd = [sys.executable, __file__, "--trial", m, ckpt, "--steps", str(steps), "--threads", str(threads),
-                       "--completion-length", str(workload["completion_length"]),
-                       "--num-generations", str(workload["num_generations"]),
-                       "--steps-per-generation", str(steps_per_generation), "--logging-steps", str(logging_steps)]
-                cmd += [] if metrics else ["--no-metrics"]
+                if len(results[m]) > r or m in failed:
+                    continue
+                if deadline is not None and time.time() > deadline:
+                    print(f"[{label}] deadline reached: not started {m} round {r + 1}", file=sys.stderr, flush=True)
+                    return _summary(workload, metrics, steps_per_generation, logging_steps, rounds, steps, threads,
+                                    results, failed, stopped_at_deadline=True)
+                ckpt = ckpt or toy_checkpoint(Path(tmp) / "ckpt", workload)
+                cmd = trial_command(m, ckpt, workload, steps, threads, metrics, steps_per_generation, logging_steps)
                 started = time.perf_counter()
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
-                    sys.exit(f"trial {m} ({label}) failed:\n{proc.stderr[-3000:]}")
-                results[m].append(json.loads(line[7:]))
-                print(f"[{label}] round {r + 1}/{rounds} {m:9s} step {results[m][-1]['step_time']:.3f} s, "
-                      f"peak +{results[m][-1]['peak_rss_delta_mb']:.0f} MB ({time.perf_counter() - started:.0f} s)",
-                      flush=True)
-    return summarize({**workload, "metrics": metrics, "steps_per_generation": steps_per_generation,
-                      "logging_steps": logging_steps, "rounds": rounds, "timed_steps": steps - 1, "threads": threads},
-                     results)
+                    failed[m] = proc.stderr[-3000:]
+                    print(f"[{label}] trial {m} failed:\n{failed[m]}", file=sys.stderr, flush=True)
+                    continue
+                results[m].append({**json.loads(line[7:]), "load": os.getloadavg()[0]})
+                print(f"[{label}] round {r + 1}/{rounds} {m:15s} CPU {results[m][-1]['step_cpu']:.3f} s, "
+                      f"wall {results[m][-1]['step_time']:.3f} s, peak +{results[m][-1]['peak_rss_delta_mb']:.0f} MB "
+                      f"({time.perf_counter() - started:.0f} s, {machine_load()})", file=sys.stderr, flush=True)
+                if on_trial is not None:
+                    on_trial(results)
+    return _summary(workload, metrics, steps_per_generation, logging_steps, rounds, steps, threads, results, failed)
+
+
+def _summary(workload, metrics, steps_per_generation, logging_steps, rounds, steps, threads, results, failed,
+             stopped_at_deadline=False) -> dict:
+    run = summarize({**workload, "metrics": metrics, "steps_per_generation": steps_per_generation,
+                     "logging_steps": logging_steps, "rounds": rounds, "timed_steps": steps - 1, "threads": threads},
+                    results)
+    if failed:
+        run["failed"] = failed
+    if stopped_at_deadline:
+        run["stopped_at_deadline"] = True
+    return run
 
 
 def summarize(workload: dict, results: dict[str, list[dict]]) -> dict:
@@ -164,25 +283,38 @@ def summarize(workload: dict, results: dict[str, list[dict]]) -> dict:
     The headline ratio is `best`: the fastest trial of the method over the fastest trial of TRL. Other jobs on a
     shared machine only ever add time, so the fastest trial is the least disturbed one; the round-by-round ratios
     (min/median/max) show how much the disturbance moved things."""
-    ref_time = [x["step_time"] for x in results["trl"]]
-    ref_mem = [x["peak_rss_delta_mb"] for x in results["trl"]]
-    ref_cpu = [x["step_cpu"] for x in results["trl"]]
+    ref = results.get("trl") or []
+    if not ref:  # nothing to compare with yet (a run stopped before TRL's first trial)
+        return {"workload": workload, "methods": {}, "raw": results}
+    ref_time = [x["step_time"] for x in ref]
+    ref_mem = [x["peak_rss_delta_mb"] for x in ref]
+    ref_cpu = [x["step_cpu"] for x in ref]
     table = {}
     for m, trials in results.items():
+        if not trials:
+            continue
         times = [x["step_time"] for x in trials]
         cpus = [x["step_cpu"] for x in trials]
         mems = [x["peak_rss_delta_mb"] for x in trials]
+        allocs = [x.get("peak_alloc_delta_mb") for x in trials]
+        # Ratios round by round (trials of a round ran back to back; a run cut short pairs the rounds both have),
+        # then their spread.
         table[m] = {
+            "rounds": len(trials),
             "step_time_s": _spread(times),
             "peak_rss_delta_mb": _spread(mems),
-            # Ratios round by round (trials of a round ran back to back), then their spread.
-            "time_ratio": {**_spread([t / r for t, r in zip(times, ref_time, strict=True)]),
+            "time_ratio": {**_spread([t / r for t, r in zip(times, ref_time)]),
                            "best": round(min(times) / min(ref_time), 4)},
             "step_cpu_s": _spread(cpus),
-            "cpu_ratio": {**_spread([t / r for t, r in zip(cpus, ref_cpu, strict=True)]),
+            "cpu_ratio": {**_spread([t / r for t, r in zip(cpus, ref_cpu)]),
                           "best": round(min(cpus) / min(ref_cpu), 4)},
-            "memory_ratio": _spread([t / r for t, r in zip(mems, ref_mem, strict=True)]),
+            "memory_ratio": _spread([t / r for t, r in zip(mems, ref_mem)]),
         }
+        # Peak bytes in use (malloc), where the trials have it: the memory the run held, not what the allocator kept.
+        pairs = [(a, r["peak_alloc_delta_mb"]) for a, r in zip(allocs, ref) if a and r.get("peak_alloc_delta_mb")]
+        if pairs:
+            table[m]["peak_alloc_delta_mb"] = _spread([a for a in allocs if a])
+            table[m]["alloc_ratio"] = _spread([a / r for a, r in pairs])
     # Noise: how much TRL's own step time moved between rounds, relative to its median.
     noise = (max(ref_time) - min(ref_time)) / statistics.median(ref_time)
     cpu_noise = (max(ref_cpu) - min(ref_cpu)) / statistics.median(ref_cpu)
@@ -191,15 +323,19 @@ def summarize(workload: dict, results: dict[str, list[dict]]) -> dict:
 
 
 def print_table(run: dict, title: str):
+    if not run.get("methods"):
+        print(f"\n{title}: nothing measured")
+        return
     print(f"\n{title} (TRL's own spread between rounds: wall ±{run['time_noise'] * 100:.0f}%, "
           f"CPU ±{run['cpu_noise'] * 100:.0f}%)")
     print(f"{'method':10s} {'CPU s':>7s} {'CPU x TRL best':>15s} {'(rounds min/med/max)':>21s} {'wall x TRL best':>16s} "
-          f"{'(rounds min/med/max)':>21s} {'peak MB':>8s} {'mem x TRL':>10s}")
+          f"{'(rounds min/med/max)':>21s} {'peak MB':>8s} {'mem x TRL':>10s} {'alloc x TRL':>12s}")
     for m, row in run["methods"].items():
         tr, cr = row["time_ratio"], row["cpu_ratio"]
         print(f"{m:10s} {row['step_cpu_s']['min']:7.3f} {cr['best']:15.2f} {cr['min']:7.2f} {cr['median']:6.2f} "
               f"{cr['max']:6.2f} {tr['best']:16.2f} {tr['min']:7.2f} {tr['median']:6.2f} {tr['max']:6.2f} "
-              f"{row['peak_rss_delta_mb']['median']:8.1f} {row['memory_ratio']['median']:10.3f}")
+              f"{row['peak_rss_delta_mb']['median']:8.1f} {row['memory_ratio']['median']:10.3f} "
+              f"{row['alloc_ratio']['median'] if 'alloc_ratio' in row else float('nan'):12.3f}")
 
 
 def check(runs: dict) -> list[str]:
@@ -221,32 +357,96 @@ def check(runs: dict) -> list[str]:
 
 
 def plot_scaling(runs: list[dict], path: Path):
+    """One panel per axis (vocabulary, completion tokens, G), rows: CPU ×TRL at TRL's default logging, at
+    `logging_steps: 1`, and peak allocated memory ×TRL at TRL's default logging. Cells not measured are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     factors = [("vocab_size", "vocabulary"), ("completion_length", "completion tokens"), ("num_generations", "G")]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
-    for ax, (key, label) in zip(axes, factors, strict=True):
-        points = [r for r in runs if all(r["workload"][k] == BASE[k] for k in BASE if k != key)]
-        points.sort(key=lambda r: r["workload"][key])
-        xs = [r["workload"][key] for r in points]
-        for m in points[0]["methods"]:
-            if m == "trl":
-                continue
-            ax.plot(xs, [r["methods"][m]["cpu_ratio"]["best"] for r in points], marker="o", label=m)
-        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_xlabel(label)
-    axes[0].set_ylabel("step CPU time × TRL (best of rounds)")
-    axes[-1].legend(fontsize=8, loc="upper right")
-    fig.suptitle("Overhead against TRL GRPOTrainer as the workload grows (CPU, toy Qwen2)")
-    fig.tight_layout()
+    rows = [(TRL_LOGGING_STEPS, "cpu_ratio", "best", f"CPU ×TRL, logging_steps {TRL_LOGGING_STEPS}"),
+            (1, "cpu_ratio", "best", "CPU ×TRL, logging_steps 1"),
+            (TRL_LOGGING_STEPS, "alloc_ratio", "median", f"peak allocated ×TRL, logging_steps {TRL_LOGGING_STEPS}")]
+    runs = [r for r in runs if r.get("methods")]
+    methods = list(dict.fromkeys(m for r in runs for m in r["methods"] if m != "trl"))
+    colors = {m: plt.cm.tab20(i % 20) for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(len(rows), len(factors), figsize=(14, 10), sharey="row", squeeze=False)
+    for j, (key, label) in enumerate(factors):
+        for i, (logging, metric, stat, ylabel) in enumerate(rows):
+            ax = axes[i][j]
+            points = [r for r in runs if r["workload"].get("logging_steps", 1) == logging
+                      and all(r["workload"][k] == BASE[k] for k in BASE if k != key)]
+            points.sort(key=lambda r: r["workload"][key])
+            for m in methods:
+                # peak allocated where the trials have it, else peak RSS (runs before it was measured)
+                xy = [(r["workload"][key], r["methods"][m].get(metric, r["methods"][m]["memory_ratio"])[stat])
+                      for r in points if m in r["methods"]]
+                if xy:
+                    ax.plot(*zip(*xy, strict=True), marker="o", ms=3, lw=1, color=colors[m], label=m)
+            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+            ax.set_xscale("log", base=2)
+            xs = sorted({r["workload"][key] for r in points})
+            if xs:
+                ax.set_xticks(xs, [str(x) for x in xs])
+            if i == len(rows) - 1:
+                ax.set_xlabel(label)
+            if j == 0:
+                ax.set_ylabel(ylabel, fontsize=9)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes.flat:  # the legend of whichever panel has the most methods
+        h, lab = ax.get_legend_handles_labels()
+        if len(lab) > len(labels):
+            handles, labels = h, lab
+    if handles:
+        fig.legend(handles, labels, fontsize=8, loc="center right")
+    fig.suptitle("Overhead against TRL GRPOTrainer as the workload grows (CPU, toy Qwen2; best of rounds)")
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def run_scaling(methods: list[str], rounds: int, steps: int | None, threads: int, metrics: bool, output: Path,
+                cells: list[dict], deadline: float | None = None, resume: bool = False) -> dict:
+    """Measure every cell of `cells` (workload + logging_steps), saving `output` after every trial.
+
+    With `resume`, the trials already in `output` are kept and only the missing ones run (the same command
+    finishes an interrupted run). Progress lines go to stderr."""
+    report = json.loads(output.read_text()) if resume and output.exists() else {"runs": {}}
+    report.setdefault("loads", []).append(machine_load())
+    output.parent.mkdir(parents=True, exist_ok=True)
+
+    def save():
+        report["machine"] = machine_load()
+        tmp = output.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(report, indent=2))
+        tmp.replace(output)
+
+    for cell in cells:
+        name = workload_name(cell)
+        workload = {k: v for k, v in cell.items() if k != "logging_steps"}
+        cell_steps = steps or LONG_WORKLOAD_STEPS.get(workload["completion_length"], 3)
+        raw = report["runs"].get(name, {}).get("raw", {})
+
+        def on_trial(results, name=name, workload=workload, cell=cell, cell_steps=cell_steps):
+            report["runs"][name] = _summary(workload, metrics, 1, cell["logging_steps"], rounds, cell_steps, threads,
+                                            results, {})
+            save()
+
+        run = measure(workload, methods, rounds, cell_steps, threads, metrics, 1, name, cell["logging_steps"],
+                      results=raw, on_trial=on_trial, deadline=deadline)
+        report["runs"][name] = run
+        save()
+        if run.get("methods"):
+            print_table(run, name)
+        if run.get("stopped_at_deadline"):
+            break
+    report["not_measured"] = [workload_name(c) for c in cells
+                              if any(len(report["runs"].get(workload_name(c), {}).get("raw", {}).get(m, [])) < rounds
+                                     for m in methods)]
+    save()
+    return report
 
 
 def main():
@@ -254,44 +454,59 @@ def main():
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; --scaling 2)")
     parser.add_argument("--steps", type=int, default=None,
                         help="optimizer steps per trial, the first not timed (default 5; --scaling 3; --device cuda: 4)")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=None,
+                        help="comma list (default: the original seven; --scaling: TRL and every registered method)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per trial")
     parser.add_argument("--no-metrics", action="store_true", help="exploration_metrics: false for our trainers")
     parser.add_argument("--logging-steps", type=int, default=1,
                         help="logging_steps of every trial (default 1: the LM-head metrics run on every step)")
-    parser.add_argument("--scaling", action="store_true", help="vary vocabulary, length and G (writes a plot)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="vary length 64-2,048, vocabulary 32k/152k and G 8/16, at TRL's default logging and at 1 "
+                             "(saves the JSON after every trial; writes a plot)")
+    parser.add_argument("--workloads", default=None,
+                        help="--scaling: comma list of cell names (e.g. V151936_T64_G8_log10) or substrings; default all")
+    parser.add_argument("--resume", action="store_true",
+                        help="--scaling: keep the trials already in the output JSON and run only the missing ones")
+    parser.add_argument("--list-cells", action="store_true", help="--scaling: print the cells in run order and exit")
     parser.add_argument("--check", action="store_true", help="exit 1 when a median ratio misses its target")
     parser.add_argument("--output", default=None, help="default: benchmarks/overhead.json (scaling.json)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: the GPU mode (benchmarks/overhead_device.py; writes benchmarks/overhead_gpu.json)")
     parser.add_argument("--dry-run", action="store_true",
                         help="the device mode on CPU with a tiny model and workload (checks the code, not the numbers)")
+    parser.add_argument("--large", action="store_true",
+                        help="device mode: 2,048 completion tokens at Qwen2.5's vocabulary, a few methods, logging 10 "
+                             "(its own GPU call: overhead_device.LARGE)")
     parser.add_argument("--deadline", type=float, default=None,
-                        help="device mode: seconds since the epoch after which no method is started (a time cap)")
+                        help="seconds since the epoch after which no trial (device mode: no method) is started")
     parser.add_argument("--summarize", metavar="JSON", default=None,
                         help="recompute the tables (and a scaling plot) from a saved run's raw trials, in place")
     # A single trial, run in a child process.
     parser.add_argument("--trial", nargs=2, metavar=("METHOD", "CKPT"), help=argparse.SUPPRESS)
     parser.add_argument("--completion-length", type=int, default=BASE["completion_length"], help=argparse.SUPPRESS)
     parser.add_argument("--num-generations", type=int, default=BASE["num_generations"], help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--steps-per-generation", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.device == "cuda" or args.dry_run:
         from overhead_device import run
 
-        methods = args.methods.split(",") if args.methods != ",".join(METHODS) else None
+        methods = args.methods.split(",") if args.methods and args.methods != ",".join(METHODS) else None
         default = None if args.dry_run else Path(__file__).parent / "overhead_gpu.json"
         report = run("cpu" if args.dry_run else "cuda", args.dry_run, methods,
-                     Path(args.output) if args.output else default, deadline=args.deadline, steps=args.steps)
+                     Path(args.output) if args.output else default, deadline=args.deadline, steps=args.steps,
+                     large=args.large)
         return 1 if report["failed"] else 0
-    # --scaling runs 4 workloads, one of them 8x longer: fewer rounds and steps keep it near half an hour on 2 cores.
+    # --scaling: fewer rounds and steps (2,048-token cells: 2 steps, `LONG_WORKLOAD_STEPS`).
     args.rounds = args.rounds or (2 if args.scaling else 3)
-    args.steps = args.steps or (3 if args.scaling else 5)
+    if not args.scaling:
+        args.steps = args.steps or 5
 
     if args.trial:
         with tempfile.TemporaryDirectory() as out:
             result = run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, args.num_generations,
-                               out, args.threads, not args.no_metrics, args.steps_per_generation, args.logging_steps)
+                               out, args.threads, not args.no_metrics, args.steps_per_generation, args.logging_steps,
+                               args.batch)
         print("RESULT " + json.dumps(result))
         return 0
 
@@ -307,31 +522,37 @@ def main():
         path.write_text(json.dumps(report, indent=2))
         print(f"rewrote {path}")
         return 0
+    if args.scaling:
+        cells = scaling_grid()
+        if args.workloads:
+            wanted = args.workloads.split(",")
+            cells = [c for c in cells if any(w in workload_name(c) for w in wanted)]
+        if args.list_cells:
+            print("\n".join(workload_name(c) for c in cells))
+            return 0
     print(machine_load(), flush=True)
-    methods = args.methods.split(",")
+    methods = args.methods.split(",") if args.methods else (registered_methods() if args.scaling else METHODS)
     if "trl" not in methods:
         methods = ["trl", *methods]
     metrics = not args.no_metrics
     if args.scaling:
-        runs = {}
-        for workload in SCALING:
-            name = "_".join(f"{k}{v}" for k, v in workload.items())
-            runs[name] = measure(workload, methods, args.rounds, args.steps, args.threads, metrics, 1, name,
-                                 args.logging_steps)
-            print_table(runs[name], name)
         output = Path(args.output or here / "scaling.json")
-        plot_scaling(list(runs.values()), output.with_suffix(".png"))
-        print(f"wrote {output.with_suffix('.png')}")
-    else:
-        runs = {"on_policy": measure(BASE, methods, args.rounds, args.steps, args.threads, metrics, 1, "on-policy",
-                                     args.logging_steps)}
-        off = [m for m in OFF_POLICY_METHODS if m in methods]
-        if len(off) > 1:
-            runs["off_policy"] = measure(BASE, off, args.rounds, args.steps, args.threads, metrics, 2, "off-policy",
-                                         args.logging_steps)
-        for name, run in runs.items():
-            print_table(run, name)
-        output = Path(args.output or here / "overhead.json")
+        report = run_scaling(methods, args.rounds, args.steps, args.threads, metrics, output, cells,
+                             deadline=args.deadline, resume=args.resume)
+        plot_scaling(list(report["runs"].values()), output.with_suffix(".png"))
+        print(f"wrote {output} and {output.with_suffix('.png')}\n{machine_load()} (at the end)")
+        if report["not_measured"]:
+            print("not measured (all rounds): " + ", ".join(report["not_measured"]))
+        return 0
+    runs = {"on_policy": measure(BASE, methods, args.rounds, args.steps, args.threads, metrics, 1, "on-policy",
+                                 args.logging_steps)}
+    off = [m for m in OFF_POLICY_METHODS if m in methods]
+    if len(off) > 1:
+        runs["off_policy"] = measure(BASE, off, args.rounds, args.steps, args.threads, metrics, 2, "off-policy",
+                                     args.logging_steps)
+    for name, run in runs.items():
+        print_table(run, name)
+    output = Path(args.output or here / "overhead.json")
     report = {"machine": machine_load(), "runs": runs}
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2))

@@ -42,6 +42,15 @@ WORKLOAD = {"model": "random:qwen2.5-0.5b", "dtype": "bfloat16", "completions_pe
 DRY_RUN = {**WORKLOAD, "model": "random:toy", "dtype": "float32", "completions_per_step": 8, "num_generations": 4,
            "completion_length": 8, "prompt_chars": 16}
 DRY_RUN_METHODS = ["trl", "grpo", "casp", "clip_cov"]
+#: `--large` (issue 56): the longest completions of the CPU scaling run at Qwen2.5's own 151,936-token vocabulary,
+#: one group of G = 8 per optimizer step (the per-token cost of generating 2,048 tokens dominates, not the batch),
+#: metrics at `logging_steps: 10` only. A trial generates twice (about 50 s each, an estimate: no GPU has run it), so
+#: it is its own call of a lent machine (`scripts/gpu_validate.sh --large-only`), TRL and the methods whose extra
+#: work grows with T or the vocabulary first.
+LARGE = {**WORKLOAD, "completions_per_step": 8, "completion_length": 2048}
+DRY_RUN_LARGE = {**DRY_RUN, "completions_per_step": 4, "completion_length": 16}
+LARGE_METHODS = ["trl", "casp", "kl_cov", "grpo", "progrpo", "clip_cov", "dsgrpo"]
+LARGE_LOGGING = ("logging10",)
 #: The methods 0.4.0 measured on an H200; the others have never run on a GPU, so they are measured first.
 MEASURED_ON_GPU = ("grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov")
 LOGGING = {"logging10": 10, "every_step": 1}
@@ -255,11 +264,12 @@ def _write(report: dict, output: Path | None) -> None:
 
 
 def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | None,
-        deadline: float | None = None, steps: int | None = None) -> dict:
+        deadline: float | None = None, steps: int | None = None, large: bool = False) -> dict:
     """Measure `methods` (default: TRL and every registered method; `--dry-run`: a few) and write the report.
 
     `deadline` (seconds since the epoch): no trial is started that the slowest so far would carry past it. `steps`:
-    optimizer steps per trial (default the workload's 4; at least 4: two warm-up steps, then one of each kind)."""
+    optimizer steps per trial (default the workload's 4; at least 4: two warm-up steps, then one of each kind).
+    `large`: the `LARGE` workload (2,048 tokens), `LARGE_METHODS` by default, at `logging_steps: 10` only."""
     import tempfile
     import traceback
 
@@ -267,7 +277,11 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
 
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no CUDA device; use --dry-run on CPU")
-    workload = dict(DRY_RUN if dry_run else WORKLOAD)
+    if large:
+        workload = dict(DRY_RUN_LARGE if dry_run else LARGE)
+    else:
+        workload = dict(DRY_RUN if dry_run else WORKLOAD)
+    modes = LARGE_LOGGING if large else tuple(LOGGING)
     if steps is not None:
         if steps < 4:
             raise SystemExit(f"error: --steps {steps}: a trial needs at least 4 (2 warm-up steps, then a generating "
@@ -275,10 +289,11 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
         workload["steps"] = steps
     if device == "cpu":
         torch.set_num_threads(1)  # a tiny model: more threads only contend with each other
-    methods = methods or (DRY_RUN_METHODS if dry_run else registered_methods())
+    methods = methods or (LARGE_METHODS[:3] if large and dry_run else LARGE_METHODS if large
+                          else DRY_RUN_METHODS if dry_run else registered_methods())
     if "trl" not in methods:
         methods = ["trl", *methods]
-    report = {"versions": versions(device), "workload": workload, "methods": methods, "trials": {},
+    report = {"versions": versions(device), "workload": workload, "large": large, "methods": methods, "trials": {},
               "failed": {}, "not_run": [], "stopped": None}
     print(f"device: {report['versions']['device']}; versions: " + ", ".join(
         f"{k} {v}" for k, v in report["versions"].items() if k != "device"), flush=True)
@@ -288,7 +303,7 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
 
     tokenizer = build_toy_tokenizer(vocab_size=load_config(workload["model"].removeprefix("random:")).vocab_size)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    order = [(mode, method) for mode in LOGGING for method in methods]  # one pass per logging mode
+    order = [(mode, method) for mode in modes for method in methods]  # one pass per logging mode
     per_trial: list[float] = []
     done = 0
     try:
@@ -325,7 +340,7 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
     finally:
         signal.signal(signal.SIGTERM, previous)
     report["not_run"] = [m for m in methods if m not in report["failed"]
-                         and set((report["trials"].get(m) or {})) != set(LOGGING)]
+                         and set(report["trials"].get(m) or {}) != set(modes)]
     report["seconds"] = round(time.perf_counter() - started, 1)
     _write(report, output)
     if report["trials"].get("trl"):

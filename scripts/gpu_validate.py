@@ -16,6 +16,10 @@ killed, leaves what it measured):
 5. while time is left (not in `--dry-run`): the first method's LoRA run and the eval of its adapter, then the smoke
    test (full fine-tuning) of every other registered method.
 
+`--large-only` runs stages 1 and 3 only, with the large workload (`overhead.py --large`: 2,048 completion tokens at
+Qwen2.5's 151,936-token vocabulary, TRL and the methods whose extra work grows with T or V, `logging_steps: 10`):
+its generating steps take about a minute each, so it is a call of its own.
+
 The cap covers all of it: a stage that would run past it is stopped (SIGTERM to its process group), and what was
 not reached is listed as not run. Outputs, four files (a lent machine sends back only a few): `gpu_validate.json`,
 `gpu_validate.md`, `overhead.json` (with each failed trial's traceback) and `logs.tar.gz` (every stage's log:
@@ -111,6 +115,9 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true",
                    help="the same stages on CPU with a tiny model and workload (checks the code, not the numbers)")
     p.add_argument("--workdir", default=None, help="folder for models and checkpoints (default: a temporary one)")
+    p.add_argument("--large-only", action="store_true",
+                   help="only the large overhead workload (2,048 completion tokens at Qwen2.5's 151,936 vocabulary, "
+                        "TRL and a few methods, logging_steps 10): its own call of a lent machine, no smoke runs")
     args = p.parse_args(argv)
     if args.cap is not None and not args.cap > 0:
         p.error(f"--cap is {args.cap:g} but must be > 0 (minutes)")
@@ -137,7 +144,8 @@ class Validation:
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get(
             "PYTHONPATH")])]), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-        self.report = {"schema": SCHEMA, "mode": self.mode, "cap_s": round(60.0 * args.cap), "seconds": 0.0,
+        self.report = {"schema": SCHEMA, "mode": self.mode, "large_only": args.large_only,
+                       "cap_s": round(60.0 * args.cap), "seconds": 0.0,
                        "stopped_at_cap": False, "not_run": [], "error": None, "commit": _commit(),
                        "install": None, "probe": None, "methods": [], "smoke": [], "overhead": None}
 
@@ -323,18 +331,21 @@ class Validation:
         if self.left() <= 0:
             self.not_run("overhead benchmark")
             return
+        large = self.args.large_only
+        # --large-only: overhead_device's LARGE_METHODS (TRL and the methods whose extra work grows with T or V)
         methods = ["trl", *self.report["methods"]]
-        self.say(f"overhead: {', '.join(methods)} ...")
+        self.say(f"overhead{' (large workload)' if large else ''}: "
+                 f"{'overhead_device.LARGE_METHODS' if large else ', '.join(methods)} ...")
         output = self.out / OVERHEAD_FILE
         cmd = [sys.executable, str(REPO / "benchmarks" / "overhead.py"),
                *(["--dry-run"] if self.mode == "dry-run" else ["--device", "cuda"]),
-               "--methods", ",".join(methods), "--output", str(output),
+               *(["--large"] if large else ["--methods", ",".join(methods)]), "--output", str(output),
                "--deadline", f"{self.deadline - MARGIN_S:.1f}"]
         rc, lines = self.stream(cmd, log=self.logs / "overhead.log")
         data = json.loads(output.read_text()) if output.is_file() else None
         if data is not None:
-            self.report["overhead"] = {k: data.get(k) for k in ("versions", "workload", "trials", "summary",
-                                                               "not_run", "stopped", "seconds")}
+            self.report["overhead"] = {k: data.get(k) for k in ("versions", "workload", "methods", "trials",
+                                                               "summary", "not_run", "stopped", "seconds")}
             self.report["overhead"]["failed"] = {m: {mode: f["error"] for mode, f in modes.items()}
                                                  for m, modes in (data.get("failed") or {}).items()}
             self.report["overhead"]["file"] = OVERHEAD_FILE
@@ -357,7 +368,9 @@ class Validation:
                 workdir = Path(workdir)
                 ok = self.install() and self.probe()
                 self.write()
-                model = self.build_model(workdir) if ok else None
+                if ok and self.args.large_only:  # the overhead trials build their own model; no smoke runs
+                    self.overhead()
+                model = self.build_model(workdir) if ok and not self.args.large_only else None
                 if model is not None:
                     methods = self.report["methods"]
                     first = methods[0]
@@ -465,7 +478,10 @@ def markdown(report: dict) -> str:
         lines.append(f"- error: {report['error']}")
     over = report.get("overhead") or {}
     trials, summary = over.get("trials") or {}, over.get("summary") or {}
-    methods = ["trl", *report.get("methods", [])] if report.get("methods") else list(trials)
+    if report.get("large_only") and over.get("methods"):  # the large workload measures its own few methods
+        methods = list(over["methods"])
+    else:
+        methods = ["trl", *report.get("methods", [])] if report.get("methods") else list(trials)
     lines += ["", "## Overhead per step against TRL (`benchmarks/overhead.py`)", ""]
     if over.get("workload"):
         lines += [f"Workload: {over['workload']}", ""]

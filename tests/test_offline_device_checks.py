@@ -282,3 +282,50 @@ def test_every_carried_wheel_resolves_for_the_gpu_images_python(tmp_path):
               if line.strip() and not line.startswith("#")}
     assert names == wanted and len(wanted) == 9, (names, wanted)
     assert not [w.name for w in tmp_path.glob("*.whl") if "cp311" in w.name or "py311" in w.name]
+
+
+def test_overhead_device_large_workload_dry_run(tmp_path):
+    """`overhead.py --large` (issue 56): its own workload (longer completions, one group per step), its few methods,
+    `logging_steps: 10` only; the dry run keeps it to seconds."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import overhead_device
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    assert overhead_device.LARGE["completion_length"] == 2048 and overhead_device.LARGE["model"] == "random:qwen2.5-0.5b"
+    assert overhead_device.LARGE_METHODS[:3] == ["trl", "casp", "kl_cov"]
+    report = overhead_device.run("cpu", True, ["casp"], tmp_path / "o.json", large=True)
+    assert report["large"] and report["workload"] == overhead_device.DRY_RUN_LARGE
+    assert report["methods"] == ["trl", "casp"] and report["not_run"] == [] and report["failed"] == {}
+    assert {m: set(modes) for m, modes in report["trials"].items()} == {m: {"logging10"} for m in report["methods"]}
+    assert report["summary"]["casp"]["logging10"]["train_only_x_trl"] > 0
+    assert json.loads((tmp_path / "o.json").read_text())["large"] is True
+
+
+def test_gpu_validate_large_only_runs_the_large_overhead_alone(tmp_path, monkeypatch):
+    """`--large-only`: the overhead stage with `--large` and no method list (overhead_device picks its few), no model
+    build and no smoke runs; the table lists the large workload's methods."""
+    gv = _gpu_validate()
+    v = gv.Validation(gv.parse_args(["--dry-run", "--large-only", "--out", str(tmp_path)]))
+    assert v.report["large_only"] is True
+    calls = []
+
+    def stream(cmd, env=None, log=None):
+        calls.append(cmd)
+        if "overhead.py" in cmd[1]:
+            out = Path(cmd[cmd.index("--output") + 1])
+            out.write_text(json.dumps({"workload": {"completion_length": 48}, "methods": ["trl", "casp"],
+                                       "trials": {}, "summary": {}, "not_run": ["trl", "casp"], "failed": {}}))
+        return 0, []
+
+    monkeypatch.setattr(v, "install", lambda: True)
+    monkeypatch.setattr(v, "probe", lambda: v.report.update(methods=["grpo", "casp", "kl_cov"]) or True)
+    monkeypatch.setattr(v, "stream", stream)
+    monkeypatch.setattr(v, "build_model", lambda workdir: pytest.fail("--large-only builds no smoke model"))
+    monkeypatch.setattr(v, "smoke", lambda *a, **k: pytest.fail("--large-only runs no smoke test"))
+    v.run()
+    (cmd,) = calls
+    assert "--large" in cmd and "--methods" not in cmd and "--dry-run" in cmd
+    rows = [line.split("|")[1].strip() for line in (tmp_path / "gpu_validate.md").read_text().splitlines()
+            if line.startswith("| ") and "not run" in line]
+    assert rows == ["trl", "casp"]

@@ -1,5 +1,7 @@
 """Chunked LM-head ops against dense full-vocabulary computations."""
 
+from typing import ClassVar
+
 import torch
 
 from exploration_trl.ops.lm_head import candidate_logps, token_statistics
@@ -89,3 +91,67 @@ def test_chunk_rows_keep_the_logit_buffer_bounded_as_the_vocabulary_grows():
     for vocab in (1000, 32768, 151936, 262144, 10**7):
         rows = default_chunk_rows(vocab)
         assert rows >= 1 and (rows == 1 or rows * vocab <= CHUNK_ELEMENTS)
+
+
+class _OtherHead(torch.autograd.Function):
+    """A second user of the weight (TRL's own head in a trainer) that records, in its backward, how many times the
+    candidate weight gradient had been computed by then."""
+
+    seen: ClassVar[list[int]] = []
+
+    @staticmethod
+    def forward(ctx, hidden, weight):
+        ctx.save_for_backward(hidden, weight)
+        return hidden @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        import exploration_trl.ops.lm_head as ops
+
+        hidden, weight = ctx.saved_tensors
+        _OtherHead.seen.append(ops._weight_grad.calls)
+        return grad @ weight, grad.t() @ hidden
+
+
+def _run_with_other_head(defer, accumulate=1, other=True, rows=9, vocab=37):
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(vocab, 6, generator=g, requires_grad=True)
+    bias = torch.randn(vocab, generator=g, requires_grad=True)
+    hidden = torch.randn(rows, 6, generator=g, requires_grad=True)
+    ids = torch.randint(0, vocab, (rows, 3), generator=g)
+    for _ in range(accumulate):  # gradient accumulation: the second backward adds to `.grad`
+        loss = (candidate_logps(hidden, weight, bias, ids, temperature=0.7, chunk_rows=4,
+                                defer_weight_grad=defer) * torch.randn(rows, 3, generator=g)).sum()
+        if other:
+            loss = loss + _OtherHead.apply(torch.randn(5, 6, generator=g), weight).square().sum()
+        loss.backward()
+    return weight.grad, bias.grad, hidden.grad
+
+
+def test_candidate_weight_gradient_waits_for_the_other_heads_and_is_bit_identical(monkeypatch):
+    """Deferred, the (V, H) weight gradient is computed after the other user of the weight has run its backward (so
+    it is not held through TRL's LM-head backward, where a step peaks), and the gradients are bit for bit those of
+    the engine's own accumulation: with a second head, with accumulation into `.grad`, and with no other user."""
+    import exploration_trl.ops.lm_head as ops
+
+    real = ops._weight_grad
+
+    def counted(*args):
+        counted.calls += 1
+        return real(*args)
+
+    counted.calls = 0
+    monkeypatch.setattr(ops, "_weight_grad", counted)
+    for kwargs in ({}, {"accumulate": 2}, {"other": False}, {"rows": 0}):
+        _OtherHead.seen.clear()
+        counted.calls = 0
+        deferred = _run_with_other_head(True, **kwargs)
+        if kwargs.get("other", True):
+            assert _OtherHead.seen[0] == 0, kwargs  # not computed before the other head's backward
+        assert counted.calls == kwargs.get("accumulate", 1), kwargs  # once per backward, in the hook
+        direct = _run_with_other_head(False, **kwargs)
+        for a, b in zip(deferred, direct, strict=True):
+            assert torch.equal(a, b), kwargs
+    assert ops.can_defer_weight_grad(torch.nn.Parameter(torch.zeros(2, 2)))
+    assert not ops.can_defer_weight_grad(torch.zeros(2, 2))  # needs no gradient
+    assert not ops.can_defer_weight_grad(torch.zeros(2, 2, requires_grad=True) * 2)  # not a leaf (FSDP2's copy)

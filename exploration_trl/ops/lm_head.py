@@ -43,11 +43,78 @@ def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return logits.float() / temperature
 
 
+def _weight_grad(hidden, weight, bias, ids, lse, grad_out, temperature, chunk_rows) -> torch.Tensor:
+    """The float32 `(V, H)` gradient of `candidate_logps` to `weight`: logits recomputed chunk by chunk, the first
+    chunk's product becoming the buffer and later chunks accumulating into it (`addmm_`)."""
+    grad_weight = None
+    for s in range(0, hidden.shape[0], chunk_rows):
+        h = hidden[s : s + chunk_rows]
+        g = grad_out[s : s + chunk_rows].float()
+        probs = torch.exp(_logits(h, weight, bias, temperature) - lse[s : s + chunk_rows, None])
+        grad_logits = probs.mul_(-g.sum(-1, keepdim=True)).scatter_add_(-1, ids[s : s + chunk_rows], g)
+        grad_logits /= temperature
+        if grad_weight is None:
+            grad_weight = grad_logits.t() @ h.float()
+        else:
+            grad_weight.addmm_(grad_logits.t(), h.float())
+    return grad_weight if grad_weight is not None else torch.zeros_like(weight, dtype=torch.float32)
+
+
+def can_defer_weight_grad(weight: torch.Tensor) -> bool:
+    """Whether `candidate_logps` may hand its weight gradient over late (`defer_weight_grad`): a plain leaf tensor
+    that requires grad (not a DTensor's gathered copy, not a DeepSpeed-partitioned parameter)."""
+    return (weight.is_leaf and weight.requires_grad and type(weight) in (torch.Tensor, torch.nn.Parameter)
+            and not hasattr(weight, "ds_id"))
+
+
+def _defer(ctx, weight, grad_out) -> None:
+    """Add this call's weight gradient to the one the engine accumulates into `weight`, once the others have arrived.
+
+    A (V, H) float32 buffer returned from the backward waits in the engine until every other gradient of `weight`
+    has arrived, i.e. through all of TRL's own LM-head backward, which is where a step's memory peaks: with Qwen2.5's
+    vocabulary that buffer was CaSP's whole excess peak over TRL (39 MB on the toy, 0.5 GB for Qwen2.5-0.5B). A hook
+    on `weight` computes it when the summed gradient is ready instead and returns `summed + ours`; with one other
+    gradient (an untied head: TRL's) that is the same sum the engine formed (`ours + TRL's`, and addition
+    commutes), so the numbers do not change. The price: the logits of these rows are recomputed once more. Should
+    no other gradient reach `weight` in this backward, the engine's final callback accumulates ours itself."""
+    hidden, _, bias, ids, lse = ctx.saved_tensors
+    args = (hidden.detach(), weight, None if bias is None else bias.detach(), ids, lse, grad_out.detach(),
+            ctx.temperature, ctx.chunk_rows)
+    state = {"added": False, "called": False}
+
+    def ours() -> torch.Tensor:  # a plain local weight (`can_defer_weight_grad`): nothing to gather
+        with torch.no_grad():
+            return _weight_grad(*args).to(weight.dtype)
+
+    def hook(grad):
+        if state["called"]:  # a later backward through the same parameter: not ours
+            return None
+        state["called"] = True
+        if grad is None:  # nothing else reached `weight`: the final callback adds ours
+            return None
+        state["added"] = True
+        return grad + ours()
+
+    handle = weight.register_hook(hook)
+
+    def finish():
+        handle.remove()
+        if not state["added"]:
+            with torch.no_grad():
+                extra = ours()
+                if weight.grad is None:
+                    weight.grad = extra
+                else:
+                    weight.grad += extra
+
+    torch.autograd.Variable._execution_engine.queue_callback(finish)
+
+
 class _CandidateLogProbs(torch.autograd.Function):
     """log p(ids[m, k] | hidden[m]) with gradient to `hidden`, `weight` and `bias`; logits are recomputed in backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, ids, temperature, chunk_rows, regather):
+    def forward(ctx, hidden, weight, bias, ids, temperature, chunk_rows, regather, defer=False):
         out = hidden.new_empty(ids.shape, dtype=torch.float32)
         lse = hidden.new_empty(ids.shape[0], dtype=torch.float32)
         for s in range(0, hidden.shape[0], chunk_rows):
@@ -56,6 +123,7 @@ class _CandidateLogProbs(torch.autograd.Function):
             out[s : s + chunk_rows] = logits.gather(-1, ids[s : s + chunk_rows]) - lse[s : s + chunk_rows, None]
         ctx.save_for_backward(hidden, weight, bias, ids, lse)
         ctx.temperature, ctx.chunk_rows, ctx.regather = temperature, chunk_rows, regather
+        ctx.defer_weight = weight if defer else None
         return out
 
     @staticmethod
@@ -67,7 +135,12 @@ class _CandidateLogProbs(torch.autograd.Function):
     def _backward(ctx, grad_out):
         hidden, weight, bias, ids, lse = ctx.saved_tensors
         grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        # The (V, H) float32 weight gradient is the one buffer of vocabulary x hidden size this adds: the first chunk's
+        # product becomes it and later chunks accumulate into it in place (`addmm_`), rather than a zero-filled buffer
+        # plus a second (V, H) product per chunk (which doubled the extra memory at a large vocabulary).
+        deferred = ctx.defer_weight is not None and ctx.needs_input_grad[1]
+        want_weight = ctx.needs_input_grad[1] and not deferred
+        grad_weight = None
         grad_bias = (
             torch.zeros_like(bias, dtype=torch.float32) if bias is not None and ctx.needs_input_grad[2] else None
         )
@@ -80,15 +153,22 @@ class _CandidateLogProbs(torch.autograd.Function):
             grad_logits /= ctx.temperature
             if grad_hidden is not None:
                 grad_hidden[s : s + ctx.chunk_rows] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
-            if grad_weight is not None:
-                grad_weight += grad_logits.t() @ h.float()
+            if want_weight:
+                if grad_weight is None:
+                    grad_weight = grad_logits.t() @ h.float()
+                else:
+                    grad_weight.addmm_(grad_logits.t(), h.float())
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(0)
-        if grad_weight is not None:
+        if want_weight:
+            if grad_weight is None:  # no rows
+                grad_weight = torch.zeros_like(weight)
             grad_weight = grad_weight.to(weight.dtype)
         if grad_bias is not None:
             grad_bias = grad_bias.to(bias.dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+        if deferred:
+            _defer(ctx, ctx.defer_weight, grad_out)
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
 
 
 def candidate_logps(
@@ -99,15 +179,22 @@ def candidate_logps(
     temperature: float = 1.0,
     chunk_rows: int | None = None,
     regather: Callable[[], AbstractContextManager] | None = None,
+    defer_weight_grad: bool | None = None,
 ) -> torch.Tensor:
     """Log-probs `(M, K)` of token `ids (M, K)` given `hidden (M, H)`, differentiable, O(chunk_rows x vocab) memory.
 
     `regather` returns a context the backward enters before it reads `weight` again: a sharded weight (DeepSpeed
     ZeRO-3) is only materialised inside such a context. The function runs (forward and backward) even for
     `M = 0`, so that every process of a sharded run enters that context the same number of times.
+
+    `defer_weight_grad` (default: `can_defer_weight_grad(weight)`) computes the `(V, H)` weight gradient when the
+    engine has gathered the weight's other gradients, rather than in this function's backward, so that it is not held
+    through TRL's own LM-head backward (`_defer`). It costs one more pass of these rows through the head.
     """
     chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0])
-    return _CandidateLogProbs.apply(hidden, weight, bias, ids.long(), temperature, chunk_rows, regather or nullcontext)
+    defer = can_defer_weight_grad(weight) if defer_weight_grad is None else bool(defer_weight_grad)
+    return _CandidateLogProbs.apply(hidden, weight, bias, ids.long(), temperature, chunk_rows, regather or nullcontext,
+                                    defer)
 
 
 @torch.no_grad()

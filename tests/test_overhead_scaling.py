@@ -1,0 +1,121 @@
+"""`benchmarks/overhead.py --scaling`'s bookkeeping (issue 56), with the trials faked (each real one takes minutes):
+the grid, the save after every trial, resuming, the deadline, a failed trial, the partial summary and the plot."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def overhead(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    module = importlib.import_module("overhead")
+    monkeypatch.setattr(module, "toy_checkpoint", lambda path, workload: str(path))
+    return module
+
+
+def fake_trials(monkeypatch, overhead, fail=(), calls=None):
+    """`subprocess.run` of a trial: CPU time 1 for TRL, 1.1 for the others (x T / 64), memory 100 MB (+5 casp)."""
+
+    def run(cmd, capture_output, text):
+        method = cmd[cmd.index("--trial") + 1]
+        length = int(cmd[cmd.index("--completion-length") + 1])
+        if calls is not None:
+            calls.append((method, length, int(cmd[cmd.index("--batch") + 1]),
+                          int(cmd[cmd.index("--logging-steps") + 1]), int(cmd[cmd.index("--steps") + 1])))
+        if method in fail:
+            return types.SimpleNamespace(stdout="", stderr="Traceback ...\nRuntimeError: out of memory")
+        cpu = (1.0 if method == "trl" else 1.1) * length / 64
+        mem = 105.0 if method == "casp" else 100.0
+        result = {"step_time": cpu * 2, "step_cpu": cpu, "peak_rss_delta_mb": mem}
+        return types.SimpleNamespace(stdout="noise\nRESULT " + json.dumps(result), stderr="")
+
+    monkeypatch.setattr(overhead.subprocess, "run", run)
+
+
+def test_grid_covers_every_axis_both_logging_modes_largest_first(overhead):
+    names = [overhead.workload_name(c) for c in overhead.scaling_grid()]
+    assert names[:4] == ["V32768_T2048_G8_b2_log10", "V32768_T2048_G8_b2_log1", "V151936_T64_G8_log10",
+                         "V151936_T64_G8_log1"]
+    assert {"V32768_T512_G8_log10", "V32768_T64_G16_log1", "V32768_T64_G8_log10"} <= set(names) and len(names) == 10
+    assert overhead.TRL_LOGGING_STEPS == 10
+    from trl import GRPOConfig
+
+    assert GRPOConfig.__dataclass_fields__["logging_steps"].default == overhead.TRL_LOGGING_STEPS
+
+
+def test_registered_methods_are_all_measured(overhead):
+    from exploration_trl.methods import METHODS
+
+    methods = overhead.registered_methods()
+    assert methods[0] == "trl" and methods[1:] == list(METHODS) and len(methods) >= 15
+
+
+def test_saves_every_trial_and_summarises_ratios(overhead, monkeypatch, tmp_path):
+    calls = []
+    fake_trials(monkeypatch, overhead, calls=calls)
+    saved = []
+    real_replace = Path.replace
+
+    def replace(self, target):  # the JSON as it stood after each save
+        saved.append(json.loads(self.read_text()))
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace)
+    cells = [c for c in overhead.scaling_grid() if c["completion_length"] == 2048]
+    out = tmp_path / "scaling.json"
+    report = overhead.run_scaling(["trl", "grpo", "casp"], 2, None, 1, True, out, cells)
+    # 2 cells x 2 rounds x 3 methods, each trial saved as it finished (plus one save per cell and one at the end)
+    assert len(calls) == 12 and len(saved) == 12 + 2 + 1
+    # round 2 starts one method later (grpo, casp, trl)
+    assert [sum(map(len, s["runs"]["V32768_T2048_G8_b2_log10"]["raw"].values())) for s in saved[:6]] == [1, 2, 3, 4, 5, 6]
+    assert [len(s["runs"]["V32768_T2048_G8_b2_log10"]["raw"]["trl"]) for s in saved[:6]] == [1, 1, 1, 1, 1, 2]
+    assert {c[2] for c in calls} == {2} and {c[4] for c in calls} == {2} and {c[3] for c in calls} == {1, 10}
+    run = report["runs"]["V32768_T2048_G8_b2_log10"]
+    assert run["workload"]["batch"] == 2 and run["workload"]["logging_steps"] == 10
+    assert run["methods"]["grpo"]["cpu_ratio"]["best"] == pytest.approx(1.1)
+    assert run["methods"]["casp"]["memory_ratio"]["median"] == pytest.approx(1.05)
+    assert report["not_measured"] == [] and json.loads(out.read_text()) == report
+    overhead.plot_scaling(list(report["runs"].values()), tmp_path / "scaling.png")
+    assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+def test_deadline_and_failure_keep_what_was_measured_and_resume_finishes(overhead, monkeypatch, tmp_path):
+    cells = [c for c in overhead.scaling_grid() if c["vocab_size"] == 151936]
+    out = tmp_path / "scaling.json"
+    fake_trials(monkeypatch, overhead, fail=("casp",))
+    clock = iter([0.0, 0.0, 0.0, 100.0])  # the fourth trial would start past the deadline
+    monkeypatch.setattr(overhead.time, "time", lambda: next(clock, 100.0))
+    report = overhead.run_scaling(["trl", "grpo", "casp"], 2, None, 1, True, out, cells, deadline=50.0)
+    first = report["runs"]["V151936_T64_G8_log10"]
+    assert first["stopped_at_deadline"] and "out of memory" in first["failed"]["casp"]
+    assert {m: len(t) for m, t in first["raw"].items()} == {"trl": 1, "grpo": 1, "casp": 0}
+    assert set(first["methods"]) == {"trl", "grpo"} and first["methods"]["grpo"]["rounds"] == 1
+    assert "V151936_T64_G8_log1" not in report["runs"]
+    assert report["not_measured"] == ["V151936_T64_G8_log10", "V151936_T64_G8_log1"]
+
+    calls = []
+    fake_trials(monkeypatch, overhead, calls=calls)
+    monkeypatch.setattr(overhead.time, "time", lambda: 0.0)
+    report = overhead.run_scaling(["trl", "grpo", "casp"], 2, None, 1, True, out, cells, deadline=50.0, resume=True)
+    # only the missing trials ran: 6 - 2 of the first cell, 6 of the second
+    assert len(calls) == 4 + 6 and report["not_measured"] == [] and len(report["loads"]) == 2
+    assert {m: len(t) for m, t in report["runs"]["V151936_T64_G8_log10"]["raw"].items()} == {
+        "trl": 2, "grpo": 2, "casp": 2}
+
+
+def test_list_cells_and_filter_from_the_command_line():
+    proc = subprocess.run([sys.executable, "benchmarks/overhead.py", "--scaling", "--list-cells", "--workloads",
+                           "T2048,V151936_T64_G8_log10"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["V32768_T2048_G8_b2_log10", "V32768_T2048_G8_b2_log1", "V151936_T64_G8_log10"]
