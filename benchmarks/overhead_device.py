@@ -321,16 +321,17 @@ def run(device: str, dry_run: bool, methods: list[str] | None, output: Path | No
                 except Exception as e:  # noqa: BLE001 - one method's crash must not hide the others' numbers
                     report["failed"].setdefault(method, {})[mode] = {
                         "error": f"{type(e).__name__}: {e}"[:1000], "traceback": traceback.format_exc()[-6000:]}
+                    done += 1  # before the line: a SIGTERM sent on reading it finds this trial counted
                     print(f"{label} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
                     gc.collect()
                     if device == "cuda":
                         torch.cuda.empty_cache()
                 else:
                     report["trials"].setdefault(method, {})[mode] = r
+                    done += 1
                     print(f"{label} train-only {r['train_only_s']:.3f} s, generating {r['generating_s']:.3f} s, "
                           f"syncs {r['syncs_train_only']}/{r['syncs_generating']}, loss finite {r['loss_finite']} "
                           f"({r['trial_s']:.0f} s)", flush=True)
-                done += 1
                 per_trial.append(time.perf_counter() - trial_started)
                 report["seconds"] = round(time.perf_counter() - started, 1)
                 _write(report, output)

@@ -315,7 +315,7 @@ PACKAGE_KEYS = ("exploration_correct", "casp_forking", "casp_topn_ids", "casp_to
 
 def _trainer_sources() -> str:
     root = Path(et.__file__).parent / "trainers"
-    return "\n".join(p.read_text() for p in sorted(root.glob("*.py")))
+    return "\n".join(p.read_text() for p in sorted(root.rglob("*.py")))
 
 
 def _written_keys(src: str) -> set[str]:
@@ -357,10 +357,10 @@ def test_package_reads_only_keys_that_are_written():
     # The keys this file is about are among them (so a TRL rename of one of them fails above).
     assert {"old_per_token_logps", "advantages", "completion_mask", "tool_mask"} <= read
     # vLLM's log-probs are read in one place only: the rollout statistics when TRL computed no old log-probs.
-    readers = [p.name for p in sorted((Path(et.__file__).parent / "trainers").glob("*.py"))
+    readers = [p.name for p in sorted((Path(et.__file__).parent / "trainers").rglob("*.py"))
                if "sampling_per_token_logps" in p.read_text()]
     assert readers == ["vllm_support.py"]
-    support = (Path(et.__file__).parent / "trainers" / "vllm_support.py").read_text()
+    support = (Path(et.__file__).parent / "trainers" / "boundary" / "vllm_support.py").read_text()
     assert support.count('"sampling_per_token_logps"') == 1 and 'output.get("sampling_per_token_logps")' in support
 
 
