@@ -49,15 +49,27 @@ def _weight_grad(hidden, weight, bias, ids, lse, grad_out, temperature, chunk_ro
     grad_weight = None
     for s in range(0, hidden.shape[0], chunk_rows):
         h = hidden[s : s + chunk_rows]
-        g = grad_out[s : s + chunk_rows].float()
-        probs = torch.exp(_logits(h, weight, bias, temperature) - lse[s : s + chunk_rows, None])
-        grad_logits = probs.mul_(-g.sum(-1, keepdim=True)).scatter_add_(-1, ids[s : s + chunk_rows], g)
-        grad_logits /= temperature
-        if grad_weight is None:
-            grad_weight = grad_logits.t() @ h.float()
-        else:
-            grad_weight.addmm_(grad_logits.t(), h.float())
+        grad_logits = _grad_logits(h, weight, bias, ids[s : s + chunk_rows], lse[s : s + chunk_rows],
+                                   grad_out[s : s + chunk_rows], temperature)
+        grad_weight = _add_weight_grad(grad_weight, grad_logits, h)
     return grad_weight if grad_weight is not None else torch.zeros_like(weight, dtype=torch.float32)
+
+
+def _grad_logits(h, weight, bias, ids, lse, grad_out, temperature) -> torch.Tensor:
+    """One chunk's float32 gradient to the logits: d logp_k / d z = e_k - p, summed over the K requested ids, then
+    through z = (h W^T + b) / T."""
+    g = grad_out.float()
+    probs = torch.exp(_logits(h, weight, bias, temperature) - lse[:, None])
+    grad_logits = probs.mul_(-g.sum(-1, keepdim=True)).scatter_add_(-1, ids, g)
+    grad_logits /= temperature
+    return grad_logits
+
+
+def _add_weight_grad(grad_weight, grad_logits, h) -> torch.Tensor:
+    """The first chunk's `(V, H)` product becomes the buffer; later chunks accumulate into it in place."""
+    if grad_weight is None:
+        return grad_logits.t() @ h.float()
+    return grad_weight.addmm_(grad_logits.t(), h.float())
 
 
 def can_defer_weight_grad(weight: torch.Tensor) -> bool:
@@ -146,18 +158,12 @@ class _CandidateLogProbs(torch.autograd.Function):
         )
         for s in range(0, hidden.shape[0], ctx.chunk_rows):
             h = hidden[s : s + ctx.chunk_rows]
-            g = grad_out[s : s + ctx.chunk_rows].float()
-            probs = torch.exp(_logits(h, weight, bias, ctx.temperature) - lse[s : s + ctx.chunk_rows, None])
-            # d logp_k / d z = e_k - p, summed over the K requested ids, then through z = (h W^T + b) / T
-            grad_logits = probs.mul_(-g.sum(-1, keepdim=True)).scatter_add_(-1, ids[s : s + ctx.chunk_rows], g)
-            grad_logits /= ctx.temperature
+            grad_logits = _grad_logits(h, weight, bias, ids[s : s + ctx.chunk_rows], lse[s : s + ctx.chunk_rows],
+                                       grad_out[s : s + ctx.chunk_rows], ctx.temperature)
             if grad_hidden is not None:
                 grad_hidden[s : s + ctx.chunk_rows] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
             if want_weight:
-                if grad_weight is None:
-                    grad_weight = grad_logits.t() @ h.float()
-                else:
-                    grad_weight.addmm_(grad_logits.t(), h.float())
+                grad_weight = _add_weight_grad(grad_weight, grad_logits, h)
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(0)
         if want_weight:

@@ -58,7 +58,7 @@ for _trainer_cls, _config_cls in list(METHODS.values()):
 def _keep_pickled_paths() -> None:
     """A checkpoint's `training_args.bin` pickles its config class by module path. Until 0.8 the method configs lived
     in `exploration_trl.trainers.<method>` and a composed config pickled as
-    `exploration_trl.trainers.composition._rebuild_composed_config`: those paths still name the same objects (and only
+    `exploration_trl.trainers.registry._rebuild_composed_config`: those paths still name the same objects (and only
     those), so such a checkpoint loads and resumes."""
     from . import composition, methods
     from .config import ExplorationGRPOConfig
