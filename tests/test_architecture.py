@@ -279,7 +279,7 @@ def test_a_strategy_registered_outside_the_package_trains_and_composes(tmp_path)
 
         def advantages(self, batch, advantages):
             seen.append(advantages)
-            self.trainer.queue_metrics({"halve/factor": (self.args.halve_factor, 1.0)})
+            self.ctx.queue_metrics({"halve/factor": (self.args.halve_factor, 1.0)})
             return advantages * self.args.halve_factor
 
     try:
@@ -329,3 +329,72 @@ def test_a_config_pickled_under_its_0_8_path_loads(tmp_path):
         rebuild.__module__ = composition.__name__
     assert b"exploration_trl.trainers.registry" in old
     assert type(pickle.loads(old)) is type(composed)
+
+
+def _context_members() -> set[str]:
+    from exploration_trl.trainers.context import MethodContext
+
+    return {name for name in dir(MethodContext) if not name.startswith("_")}
+
+
+def context_violations(methods_dir: Path) -> list[str]:
+    """Where a method module reaches past its `MethodContext`: it names a trainer (`trainer`, `.trainer`), or reads
+    from the context (`ctx.x`, `self.ctx.x`) a member the context does not declare in public."""
+    members, found = _context_members(), []
+    for path in sorted(methods_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+            if (isinstance(node, ast.Name) and node.id == "trainer"
+                    or isinstance(node, ast.arg) and node.arg == "trainer"):
+                found.append(f"{where} names trainer")
+            elif isinstance(node, ast.Attribute) and node.attr == "trainer":
+                found.append(f"{where} reads .trainer")
+            elif isinstance(node, ast.Attribute):
+                value = node.value
+                on_ctx = (isinstance(value, ast.Name) and value.id == "ctx"
+                          or isinstance(value, ast.Attribute) and value.attr == "ctx")
+                if on_ctx and node.attr not in members:
+                    found.append(f"{where} reads ctx.{node.attr}")
+    return found
+
+
+def test_a_method_sees_only_its_context():
+    """Item 3 of the fifth architecture pass: a strategy reads its run through `MethodContext` only."""
+    methods_dir = PACKAGE / "trainers" / "methods"
+    assert len(list(methods_dir.glob("*.py"))) >= 12
+    assert context_violations(methods_dir) == []
+
+
+def test_the_context_check_sees_a_violation(tmp_path):
+    (tmp_path / "planted.py").write_text(
+        "class S:\n"
+        "    def __init__(self, trainer):\n"
+        "        self.n = trainer.accelerator.num_processes\n"
+        "    def advantages(self, batch, advantages):\n"
+        "        ctx = self.ctx\n"
+        "        ctx.queue_metrics({})\n"
+        "        mask = ctx._trainer._loss_mask(batch)\n"
+        "        return self.trainer.args, self.ctx.rollout_buffer()\n")
+    found = context_violations(tmp_path)
+    assert sorted(line.split(" ", 1)[1] for line in found) == sorted([
+        "names trainer", "names trainer", "reads ctx._trainer", "reads .trainer", "reads ctx.rollout_buffer",
+    ]), found
+
+
+def test_a_strategy_has_no_trainer_attribute():
+    from exploration_trl.trainers.methods.progrpo import ProGRPO
+
+    with pytest.raises(AttributeError, match=r"ProGRPO\.trainer: a strategy no longer holds its trainer .* self\.ctx"):
+        _ = ProGRPO(ctx=None).trainer
+
+
+def test_a_0_8_path_names_where_anything_else_moved():
+    """The 0.8-path stand-ins hold the config classes only; any other name fails with the new module's path."""
+    import importlib
+
+    old = importlib.import_module("exploration_trl.trainers.passk")
+    assert old.PasskConfig is importlib.import_module("exploration_trl.trainers.methods.passk").PasskConfig
+    with pytest.raises(AttributeError, match=r"exploration_trl\.trainers\.passk is only kept so that 0\.8 checkpoints "
+                                             r"load; 'Passk' is not there: import it from "
+                                             r"exploration_trl\.trainers\.methods\.passk"):
+        _ = old.Passk

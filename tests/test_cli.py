@@ -96,10 +96,18 @@ def test_demo_config_as_a_console_script(tmp_path):
     assert "casp" in card.lower()
 
 
-def test_composed_method_saves_and_reloads_training_args(tmp_path):
-    """A composed config class must pickle into training_args.bin and load in a fresh process."""
+def test_composed_method_saves_and_reloads_training_args(tmp_path, monkeypatch):
+    """A composed config class must pickle into training_args.bin and load in a fresh process. The CLI resolves the
+    method string once, from the YAML to the saved card (`parse_train_args_and_trainer` hands the trainer on)."""
+    from exploration_trl import methods
+    from exploration_trl.trainers import composition
+
+    calls, original = [], methods.parse_method
+    monkeypatch.setattr(methods, "parse_method", lambda method: calls.append(method) or original(method))
+    monkeypatch.setattr(composition, "parse_method", methods.parse_method)
     path = write_yaml(tmp_path, method="progrpo+casp")
     assert main(["train", "--config", path]) == 0
+    assert calls == ["progrpo+casp"] and "ProGRPOCaSPTrainer" in (tmp_path / "out" / "README.md").read_text()
     proc = subprocess.run(
         [sys.executable, "-c", "import torch,sys; a = torch.load(sys.argv[1], weights_only=False); "
          "print(type(a).__name__, a.casp_top_n, a.progrpo_alpha)", str(tmp_path / "out" / "training_args.bin")],

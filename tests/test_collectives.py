@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 from exploration_trl.ops.hashing import stream, unique_keys
 from exploration_trl.trainers.components.collectives import gather_rows, pad_to
+from exploration_trl.trainers.context import MethodContext
 from exploration_trl.trainers.methods import cov_global as GlobalCovSelectionMixin
 
 
@@ -41,7 +42,7 @@ def _worker(rank: int, port: int, out_dir: str):
     keys = unique_keys(torch.arange(64).view(8, 8)[rank * 4:(rank + 1) * 4], stream(7, 1))
     never = torch.iinfo(torch.int64).max
     candidates = (torch.arange(32).view(4, 8) + 32 * rank) % 3 != 0
-    fake = SimpleNamespace(accelerator=SimpleNamespace(num_processes=2))
+    fake = MethodContext(SimpleNamespace(accelerator=SimpleNamespace(num_processes=2)))
     kth = {k: GlobalCovSelectionMixin._global_kth(fake, torch.where(candidates, keys, never).reshape(-1), k, False)
            for k in (1, 5, 21)}
     results = {

@@ -435,7 +435,7 @@ def test_train_without_config_or_model_prints_usage_and_exits_2(tmp_path, capsys
         raise AssertionError("train went on to parse (and run) without a config or a model")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(train_module, "parse_train_args", must_not_parse)
+    monkeypatch.setattr(train_module, "parse_train_args_and_trainer", must_not_parse)
     assert main(["train", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: exploration-trl train --config FILE.yaml [--KEY VALUE ...]\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..io_safety import check_output_dir, final_save_failed_line, os_error_line, remove_files_written_since
 from .common import CLIError, is_main_process
-from .train_args import parse_train_args
+from .train_args import parse_train_args_and_trainer
 from .train_data import check_prompt_lengths, check_rewards, load_train_dataset, resolve_reward_funcs
 from .train_help_text import USAGE
 
@@ -67,13 +67,13 @@ def check_config_or_model(argv: list[str]) -> None:
 
 def train_main(argv: list[str]) -> int:
     check_config_or_model(argv)
-    script_args, training_args, model_args = parse_train_args(argv)
+    trainer_cls, script_args, training_args, model_args = parse_train_args_and_trainer(argv)
     check_output_dir(training_args.output_dir)  # before anything loads or is written
     output_dir = Path(training_args.output_dir)
     created = not output_dir.exists()
     Stage.started = False
     try:
-        return _train(script_args, training_args, model_args)
+        return _train(trainer_cls, script_args, training_args, model_args)
     except (CLIError, ValueError, FileNotFoundError):
         # A mistake found before training: leave no folder behind that this run created (e.g. the toy model's).
         # After training began (an error at the final save or the push) the folder holds checkpoints: keep it.
@@ -103,7 +103,7 @@ def _save_final_model(trainer, output_dir: str) -> None:
         raise CLIError(final_save_failed_line(line, output_dir)) from None
 
 
-def _train(script_args, training_args, model_args) -> int:
+def _train(trainer_cls, script_args, training_args, model_args) -> int:
     import torch
     from trl import get_peft_config
 
@@ -111,14 +111,12 @@ def _train(script_args, training_args, model_args) -> int:
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
     from ..rewards import naming_errors
-    from ..trainers import get_trainer_class
     from ..weights import weights_changed, weights_fingerprint
 
     import_deepspeed_only_when_used()  # before the toy model's save_pretrained: no DeepSpeed noise in runs without it
     if script_args.max_train_samples is not None and script_args.max_train_samples <= 0:
         raise CLIError(f"max_train_samples is {script_args.max_train_samples}, which leaves no training rows; set a "
                        "positive number or remove the key to use every row")
-    trainer_cls = get_trainer_class(script_args.method)
     model = model_args.model_name_or_path or TOY_MODEL
     if model == TOY_MODEL:
         model = _toy_model(training_args, script_args)

@@ -112,15 +112,22 @@ def parse_train_args(argv: list[str]):
     `GRPOConfig.__post_init__` while parsing; its message becomes the error line, as do the method configs' checks
     (negative weights, `temperature: 0`, ...).
     """
+    return parse_train_args_and_trainer(argv)[1:]
+
+
+def parse_train_args_and_trainer(argv: list[str]):
+    """`parse_train_args`, with the trainer class of the run's method first: `(trainer_cls, script_args,
+    training_args, model_args)`. The method string is resolved here once; its config class is the trainer's."""
     from trl import ModelConfig
 
-    from ..trainers import get_config_class
+    from ..trainers import get_trainer_class
 
     argv = normalise_argv(argv)
     try:
-        config_cls = get_config_class(method_from(argv))
+        trainer_cls = get_trainer_class(method_from(argv))
     except ValueError as e:
         raise CLIError(str(e)) from None
+    config_cls = trainer_cls.config_class
     classes = (ScriptArguments, config_cls, ModelConfig)
     parser = _parser_class()(classes, prog="exploration-trl train")
     known = _dataclass_keys(*classes)
@@ -158,4 +165,4 @@ def parse_train_args(argv: list[str]):
         raise _unknown_key_error([r.lstrip("-").split("=")[0] for r in rest], known, "the command line")
     if info and is_main_process():
         print(info, file=sys.stderr)
-    return script_args, training_args, model_args
+    return trainer_cls, script_args, training_args, model_args

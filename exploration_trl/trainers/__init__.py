@@ -74,8 +74,16 @@ def _keep_pickled_paths() -> None:
 
 
 def _pickled_path(old: str, new: str, names: dict) -> None:
+    """A stand-in module at the 0.8 path `old` holding `names` only; any other name read from it fails loudly with
+    where it lives now (a dynamic `import_module` of the old path would otherwise find a half-empty module)."""
     module = _types.ModuleType(f"{__name__}.{old}", f"The 0.8 path of what {new} defines now, for old pickles.")
     vars(module).update(names)
+
+    def moved(name: str):
+        raise AttributeError(f"{module.__name__} is only kept so that 0.8 checkpoints load; {name!r} is not there: "
+                             f"import it from {new}")
+
+    module.__getattr__ = moved
     _sys.modules.setdefault(module.__name__, module)
 
 

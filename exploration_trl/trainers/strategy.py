@@ -12,16 +12,17 @@ A strategy class declares, as class attributes and methods:
   loss-side one `transform_logps(logps, capture, inputs, state)` (the log-probs TRL's ratio sees) and/or
   `extra_loss(inputs, capture, state)` (a per-token term reduced as TRL's `loss_type` reduces its own), on every
   micro-batch; either may add per-completion tensors to the batch (`rollout_extras`);
-* its metrics, queued on the device with `trainer.queue_metrics({name: (sum, count)})` and read at the next log, and
+* its metrics, queued on the device with `self.ctx.queue_metrics({name: (sum, count)})` and read at the next log, and
   its warnings decided from one metric's window at a log (`window_warnings`), each given once per run;
 * nothing for "did nothing this step": the trainer marks each hook it calls (`run_hook`), and a step on which a
   strategy's hook was not called stops training (`HookDidNotRunError`), never silently GRPO;
 * what it keeps between steps (`state_dict` / `load_state_dict`) and its private random generators (`generators`),
   saved in every checkpoint and restored on resume.
 
-One trainer holds at most one strategy of each side (`method: progrpo+casp`; the loss side's presets win). The
-strategy keeps its trainer as `self.trainer` and reads the run's settings from `self.trainer.args`. The worked
-example: `docs/writing_a_method.md`.
+One trainer holds at most one strategy of each side (`method: progrpo+casp`; the loss side's presets win). A
+strategy does not hold its trainer: it reads its run through `self.ctx`, a `MethodContext` (`trainers/context.py`)
+that names everything a method may read or call (the settings as `self.args`, the loss pass's helpers, the metrics
+queue, the warnings, the collectives). The worked example: `docs/writing_a_method.md`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from .boundary.capture import _Capture
+    from .context import MethodContext
     from .components.window_warning import WindowWarning
     from .components.rollout import RolloutBatch
 
@@ -53,13 +55,19 @@ class Strategy:
     #: Warnings decided at a log from one metric's window (`metrics_logging.WindowWarning`), given once per run.
     window_warnings: tuple[WindowWarning, ...] = ()
 
-    def __init__(self, trainer):
-        """Checks and warnings that need the trainer (its layout, its model) belong here."""
-        self.trainer = trainer
+    def __init__(self, ctx: MethodContext):
+        """Checks and warnings that need the run (its layout, its settings) belong here."""
+        self.ctx = ctx
 
     @property
     def args(self):
-        return self.trainer.args
+        """The run's config (`self.ctx.args`)."""
+        return self.ctx.args
+
+    @property
+    def trainer(self):
+        raise AttributeError(f"{type(self).__name__}.trainer: a strategy no longer holds its trainer (0.9); read "
+                             "the run through self.ctx (trainers/context.py, docs/writing_a_method.md)")
 
     # -------------------------------------------------------------------------------------------- what it needs
     def needs_rollout_logps(self) -> bool:
@@ -138,10 +146,12 @@ def run_hook(trainer, strategy: Strategy, hook: str, *args):
 
 
 def build_strategies(trainer) -> list[Strategy]:
-    """The strategies of `trainer.method` (advantage side first), made for `trainer`; none for GRPO."""
+    """The strategies of `trainer.method` (advantage side first), each given the trainer's one `MethodContext`;
+    none for GRPO."""
     from ..methods import strategy_of
+    from .context import MethodContext
 
-    strategies = []
+    strategies, ctx = [], MethodContext(trainer)
     for part in type(trainer).method_parts:
         cls = strategy_of(part)
         if cls is None:  # GRPO, the one method registered as a trainer class: no strategy
@@ -150,7 +160,7 @@ def build_strategies(trainer) -> list[Strategy]:
             name = type(trainer).__name__
             raise ValueError(f"{name} runs {part}, whose keys are in {cls.config_class.__name__}, but args is "
                              f"{type(trainer.args).__name__}; build args with {name}.config_class(...)")
-        strategies.append(cls(trainer))
+        strategies.append(cls(ctx))
     return strategies
 
 

@@ -64,26 +64,28 @@ class ExplorationMetrics:
             t.metrics_window(mode)[name].append(value)
 
     def warn_declared(self) -> None:
-        """`warn` the trainer's declared warnings: the rollout's and its strategies'."""
+        """`warn` the trainer's declared warnings: the rollout's (which read the trainer) and its strategies' (which
+        read the strategy's `MethodContext`, as the strategy itself does)."""
         t = self.trainer
-        declared = list(t.rollout.window_warnings)
+        declared = [(w, t) for w in t.rollout.window_warnings]
         for strategy in t.strategies:
-            declared.extend(strategy.window_warnings)
+            declared.extend((w, strategy.ctx) for w in strategy.window_warnings)
         self.warn(declared)
 
-    def warn(self, declared: list[WindowWarning]) -> None:
+    def warn(self, declared: list[tuple[WindowWarning, object]]) -> None:
         """Give each declared `WindowWarning` whose metric calls for it this window, once per run (the main process
-        writes it; every process marks it given)."""
+        writes it; every process marks it given). Each comes with what its `message` and `applies` read."""
         t = self.trainer
         mode = "train" if t.model.training else "eval"
         window = t.metrics_window(mode)
-        for w in declared:
+        for w, reader in declared:
             values = window.get(w.metric) or []  # `.get`: reading adds no empty list for TRL to average
-            if w.metric in self.given or mode not in w.modes or not values or not w.when(values) or not w.applies(t):
+            if (w.metric in self.given or mode not in w.modes or not values or not w.when(values)
+                    or not w.applies(reader)):
                 continue
             self.given.add(w.metric)
             if t.accelerator.is_main_process:
-                warnings.warn(w.message(t, values), UserWarning, stacklevel=4)
+                warnings.warn(w.message(reader, values), UserWarning, stacklevel=4)
 
     # ------------------------------------------------------------------------------- TRL's completions table
     def replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch, maxlen: int | None):

@@ -83,11 +83,11 @@ class CaSP(LossStrategy):
     config_class = CaSPConfig
 
     def needs_rollout_candidates(self) -> bool:
-        return self.trainer._trl_computes_old_logps()
+        return self.ctx.trl_computes_old_logps()
 
     def candidates(self, hidden, completion_ids, entropies, mask):
         """Forking mask and, at forking tokens, the top-N candidates of the policy that produced `hidden`."""
-        t, args = self.trainer, self.args
+        ctx, args = self.ctx, self.args
         forking = core_loss.forking_mask(entropies, mask, args.casp_entropy_quantile)
         b, n_tokens = forking.shape
         n = args.casp_top_n
@@ -95,16 +95,16 @@ class CaSP(LossStrategy):
         ids = torch.zeros(b, n_tokens, n, dtype=torch.long, device=forking.device)
         old = torch.zeros(b, n_tokens, n, device=forking.device)
         is_top1 = torch.zeros(b, n_tokens, dtype=torch.bool, device=forking.device)
-        with t.lm_head.weights() as (weight, bias, _):  # entered on every process, even with no forking token
+        with ctx.lm_head.weights() as (weight, bias, _):  # entered on every process, even with no forking token
             s = token_statistics(
-                hidden[at].detach(), weight, bias, completion_ids[at], temperature=t.temperature, top_n=n,
+                hidden[at].detach(), weight, bias, completion_ids[at], temperature=ctx.temperature, top_n=n,
                 entropy=False,
             )
         ids[at], old[at], is_top1[at] = s["topn_ids"], s["topn_logps"], s["is_top1"]
         return forking, ids, old, is_top1
 
     def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
-        if capture is None or not self.trainer._trl_computes_old_logps():
+        if capture is None or not self.ctx.trl_computes_old_logps():
             return {}
         forking, ids, old, is_top1 = self.candidates(
             capture.completion_hidden(), batch.completion_ids, capture.entropies, batch.completion_mask
@@ -112,14 +112,14 @@ class CaSP(LossStrategy):
         return dict(casp_forking=forking, casp_topn_ids=ids, casp_topn_old_logps=old, casp_is_top1=is_top1)
 
     def transform_logps(self, logps, capture: _Capture, inputs, state):
-        t, args = self.trainer, self.args
-        active = t.state.global_step >= args.casp_warmup_steps
+        ctx, args = self.ctx, self.args
+        active = ctx.global_step >= args.casp_warmup_steps
         metrics = {"casp/active": (float(active), 1.0)}  # a Python bool: no host read
         if not active:  # warm-up: plain GRPO (the hook ran and chose not to act; logged as casp/active = 0)
-            t.queue_metrics(metrics)
+            ctx.queue_metrics(metrics)
             return logps
-        mask = t._loss_mask(inputs)
-        old = t._old_logps(inputs, logps)
+        mask = ctx.loss_mask(inputs)
+        old = ctx.old_logps(inputs, logps)
         hidden = capture.completion_hidden()
         if "casp_forking" in inputs:
             forking, ids = inputs["casp_forking"], inputs["casp_topn_ids"]
@@ -133,8 +133,8 @@ class CaSP(LossStrategy):
         # and again in the backward, and every process must take part in both.
         # One host read: the positions of those tokens (`nonzero`), then integer indexing only.
         need = (forking & (advantages > 0) & mask.bool()).nonzero(as_tuple=True)
-        with t.lm_head.weights() as (weight, bias, regather):
-            cur = candidate_logps(hidden[need], weight, bias, ids[need], temperature=t.temperature,
+        with ctx.lm_head.weights() as (weight, bias, regather):
+            cur = candidate_logps(hidden[need], weight, bias, ids[need], temperature=ctx.temperature,
                                   regather=regather)
         topn_log_ratio = torch.zeros_like(old_topn).index_put(need, cur - old_topn[need])
         ratio = core_loss.casp_ratio(
@@ -147,7 +147,7 @@ class CaSP(LossStrategy):
             "casp/forking_frac": ((forking & valid).sum(dtype=torch.float32), valid.sum(dtype=torch.float32)),
             "casp/top1_penalty_frac": (penalised.sum(dtype=torch.float32), valid.sum(dtype=torch.float32)),
         })
-        t.queue_metrics(metrics)
+        ctx.queue_metrics(metrics)
         # TRL forms exp(returned - old): returning old + log(ratio) hands it exactly `ratio`.
         return old + torch.log(ratio)
 

@@ -95,11 +95,11 @@ class KLCov(LossStrategy):
 
     config_class = KLCovConfig
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
-        self.global_selection = GlobalCovSelection(trainer, self._cov_select_global)
-        if trainer._updates_per_rollout() <= 1 and self.args.kl_cov_ratio > 0:
-            trainer.warn_once(
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.global_selection = GlobalCovSelection(ctx, self._cov_select_global)
+        if ctx.updates_per_rollout() <= 1 and self.args.kl_cov_ratio > 0:
+            ctx.warn_once(
                 "kl_cov_single_update",
                 "kl_cov: every rollout feeds a single optimizer update (steps_per_generation x num_iterations = "
                 "gradient_accumulation_steps), so old log-probs equal current ones, |logp - old_logp| has no gradient "
@@ -112,10 +112,10 @@ class KLCov(LossStrategy):
             self.global_selection.prepare(model)
 
     def extra_loss(self, inputs, capture: _Capture, state):
-        t = self.trainer
+        ctx = self.ctx
         logps = capture.logps
-        mask = t._loss_mask(inputs)
-        old = t._old_logps(inputs, logps)
+        mask = ctx.loss_mask(inputs)
+        old = ctx.old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
         chosen = self.global_selection.for_inputs()
         if chosen is None:
@@ -123,7 +123,7 @@ class KLCov(LossStrategy):
             cov = core_loss.token_covariance(logps.detach(), advantages, mask)
         else:
             selected, cov = chosen
-        t.queue_metrics(_cov_metrics("kl_cov", selected, cov))
+        ctx.queue_metrics(_cov_metrics("kl_cov", selected, cov))
         return self.args.kl_cov_coef * selected.float() * (logps - old).abs()
 
     def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: torch.Tensor) -> list[torch.Tensor]:
@@ -187,12 +187,12 @@ class ClipCov(LossStrategy):
     """Loss-side: detaches the selected tokens' log-probs, so TRL's clipped loss has zero gradient there."""
 
     config_class = ClipCovConfig
-    window_warnings = (WindowWarning(NO_SELECTION, lambda trainer, values: _no_selection(trainer),
-                                     applies=lambda trainer: trainer.args.clip_cov_ratio > 0),)
+    window_warnings = (WindowWarning(NO_SELECTION, lambda ctx, values: _no_selection(ctx),
+                                     applies=lambda ctx: ctx.args.clip_cov_ratio > 0),)
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
-        self.global_selection = GlobalCovSelection(trainer, self._cov_select_global)
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.global_selection = GlobalCovSelection(ctx, self._cov_select_global)
         self._clip_cov_generator = torch.Generator().manual_seed(int(self.args.seed) + 1)
 
     def generators(self) -> dict[str, torch.Generator]:
@@ -203,22 +203,22 @@ class ClipCov(LossStrategy):
             self.global_selection.prepare(model)
 
     def transform_logps(self, logps, capture: _Capture, inputs, state):
-        t, args = self.trainer, self.args
-        mask = t._loss_mask(inputs)
-        old = t._old_logps(inputs, logps)
+        ctx, args = self.ctx, self.args
+        mask = ctx.loss_mask(inputs)
+        old = ctx.old_logps(inputs, logps)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
         chosen = self.global_selection.for_inputs()
         if chosen is None:
             selected = core_loss.clip_cov_select(
                 logps.detach(), old, advantages, mask, args.clip_cov_ratio, args.clip_cov_lb, args.clip_cov_ub,
-                t.epsilon_low, t.epsilon_high, generator=self._clip_cov_generator,
+                ctx.epsilon_low, ctx.epsilon_high, generator=self._clip_cov_generator,
             )
             cov = core_loss.token_covariance(logps.detach(), advantages, mask)
         else:
             selected, cov = chosen
         metrics = _cov_metrics("clip_cov", selected, cov)
         metrics[NO_SELECTION] = (1.0 - metrics["clip_cov/cov_threshold"][1], 1.0)
-        t.queue_metrics(metrics)
+        ctx.queue_metrics(metrics)
         return torch.where(selected, logps.detach(), logps)
 
     def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
@@ -229,17 +229,17 @@ class ClipCov(LossStrategy):
     def _cov_select_global(self, terms: list[dict], covs: list[torch.Tensor], n: torch.Tensor) -> list[torch.Tensor]:
         """Clip-Cov over the step: `max(1, int(N * clip_cov_ratio))` of the step's candidates, uniformly at random:
         the candidates with the smallest keys (`_clip_cov_keys`), exactly that many as the keys never tie."""
-        t, args = self.trainer, self.args
+        ctx, args = self.ctx, self.args
         cands, keys = [], []
         for term, cov in zip(terms, covs, strict=True):
             inp, lp, valid = term["inputs"], term["lp"], term["valid"]
             old = inp.get("old_per_token_logps")
             _, log_ratio, a = core_loss._log_ratio_terms(lp, lp if old is None else old, term["a"], valid)
-            pg1, pg2 = core_loss._clipped_surrogates(log_ratio, a, t.epsilon_low, t.epsilon_high)
+            pg1, pg2 = core_loss._clipped_surrogates(log_ratio, a, ctx.epsilon_low, ctx.epsilon_high)
             cands.append(valid & ~(pg2 > pg1) & (cov > args.clip_cov_lb) & (cov < args.clip_cov_ub))
             keys.append(self._clip_cov_keys(inp["exploration_row"], lp.size(1)))
         local = torch.stack([c.sum() for c in cands]).sum().to(torch.float64).reshape(1)
-        n_cand = t.accelerator.reduce(local, reduction="sum") if t.accelerator.num_processes > 1 else local
+        n_cand = ctx.sum_over_processes(local)
         n, n_cand = (int(x) for x in torch.cat([n.reshape(1), n_cand]).tolist())  # the one host read
         if n == 0 or n_cand == 0:
             return [torch.zeros_like(c) for c in cands]
@@ -255,7 +255,7 @@ class ClipCov(LossStrategy):
         same for a token whatever the split over processes and micro-batches, and distinct for distinct tokens."""
         width = self._clip_cov_key_width(length)
         ids = rows.to(torch.int64)[:, None] * width + torch.arange(length, device=rows.device)
-        return unique_keys(ids, stream(int(self.args.seed), int(self.trainer.state.global_step)))
+        return unique_keys(ids, stream(int(self.args.seed), int(self.ctx.global_step)))
 
     def _clip_cov_key_width(self, length: int) -> int:
         """Positions per row in the token ids of the keys: `max_completion_length` (the same on every process)."""
@@ -268,8 +268,8 @@ class ClipCov(LossStrategy):
         return width
 
 
-def _no_selection(trainer) -> str:
-    a = trainer.args
+def _no_selection(ctx) -> str:
+    a = ctx.args
     return (f"clip_cov: no token of a micro-batch had a covariance in (clip_cov_lb, clip_cov_ub) = ({a.clip_cov_lb}, "
             f"{a.clip_cov_ub}), so Clip-Cov left that step unchanged (logged as {NO_SELECTION}). If it happens on most "
             "steps, widen the window.")

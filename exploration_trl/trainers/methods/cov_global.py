@@ -27,7 +27,6 @@ import torch
 
 from ...core import losses as core_loss
 from ...core._utils import as_valid, broadcast_advantages
-from ..components.collectives import gather_rows
 from ..config import check_choice
 from ..components.rollout import MULTIMODAL_KEYS
 
@@ -48,25 +47,20 @@ class GlobalCovSelection:
     """One KL-Cov / Clip-Cov strategy's step-wide selection (module docstring). `select(terms, covs, n)` is the
     method's own rule: the step's masks from every micro-batch's terms, covariances and the step's valid tokens."""
 
-    def __init__(self, trainer, select):
-        self.trainer = trainer
+    def __init__(self, ctx, select):
+        self.ctx = ctx
         self.select = select
         self.step_masks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def active(self) -> bool:
-        t = self.trainer
-        return t.model.training and t.args.cov_selection == "global"
+        return self.ctx.training and self.ctx.args.cov_selection == "global"
 
     def prepare(self, model) -> None:
         """On a step's first micro-batch: one no-grad forward over the step's micro-batches, then the selection."""
-        t = self.trainer
-        step = t.rollout_buffer()[0]
-        if step in self.step_masks:
+        if self.ctx.micro_step() in self.step_masks:
             return
-        ga = t.current_gradient_accumulation_steps
-        steps = [step + j for j in range(ga)]
-        micro = t.buffered_micro_batches(steps)
+        steps, micro = self.ctx.step_micro_batches()
         with torch.no_grad():
             logps = [self.current_logps(model, inp) for inp in micro]
         terms = [self.terms(inp, lp) for inp, lp in zip(micro, logps, strict=True)]
@@ -76,7 +70,7 @@ class GlobalCovSelection:
             at = valid.reshape(-1).nonzero().squeeze(1)  # a host read: the sums below add exactly these tokens
             local += torch.stack([lp.reshape(-1)[at].double().sum(), a.reshape(-1)[at].double().sum(),
                                   valid.sum().double()])
-        total = t.accelerator.reduce(local, reduction="sum") if t.accelerator.num_processes > 1 else local
+        total = self.ctx.sum_over_processes(local)
         count = total[2].clamp(min=1.0)
         means = ((total[0] / count).float(), (total[1] / count).float())
         covs = [core_loss.token_covariance(t_["lp"], t_["a"], t_["valid"], means=means) for t_ in terms]
@@ -87,35 +81,35 @@ class GlobalCovSelection:
         """`(selected, cov)` of the micro-batch now in the loss, or None under `cov_selection: local` / eval."""
         if not self.active:
             return None
-        return self.step_masks[self.trainer.rollout_buffer()[0]]
+        return self.step_masks[self.ctx.micro_step()]
 
     def current_logps(self, model, inp) -> torch.Tensor:
         """The current policy's log-probs of one buffered micro-batch, as TRL's `_compute_loss` computes them."""
         input_ids = torch.cat([inp["prompt_ids"], inp["completion_ids"]], dim=1)
         attention_mask = torch.cat([inp["prompt_mask"], inp["completion_mask"]], dim=1)
-        logps, _, _ = self.trainer.forward_logps(
+        logps, _, _ = self.ctx.forward_logps(
             model, input_ids, attention_mask, inp["completion_ids"].size(1),
             **{k: inp[k] for k in MULTIMODAL_KEYS if k in inp},
         )
         return logps
 
     def terms(self, inp, lp: torch.Tensor) -> dict:
-        valid = as_valid(self.trainer._loss_mask(inp))
+        valid = as_valid(self.ctx.loss_mask(inp))
         return {"lp": lp.float(), "a": broadcast_advantages(inp["advantages"], lp.shape).float(), "valid": valid,
                 "inputs": inp}
 
     def global_kth(self, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
-        return _global_kth(self.trainer, values, k, largest)
+        return _global_kth(self.ctx, values, k, largest)
 
 
-def _global_kth(trainer, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
-    """The k-th largest (smallest) of `values` over every process of `trainer.accelerator`, a device scalar: each
+def _global_kth(ctx, values: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
+    """The k-th largest (smallest) of `values` over every process of the run (`ctx`), a device scalar: each
     process sends only its own k best (padded with the dtype's extreme, which never reaches the k-th place while k <=
     the number of real values over all processes), in `values`' own dtype."""
     fill = _extreme(values.dtype, lowest=largest)
     mine = torch.topk(values, min(k, values.numel()), largest=largest).values
     mine = torch.cat([mine, mine.new_full((k - mine.numel(),), fill)])[None]
-    every = gather_rows(mine, trainer.accelerator.num_processes).reshape(-1)
+    every = ctx.gather_rows(mine).reshape(-1)
     return torch.topk(every, k, largest=largest).values[-1]
 
 

@@ -11,7 +11,6 @@ from ...core._utils import broadcast_advantages, masked_sum
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ...rewards._base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
-from ..callbacks.correctness_guard import guard_correctness
 from ..components.window_warning import WindowWarning
 from ..strategy import AdvantageStrategy
 
@@ -74,14 +73,14 @@ class DSGRPO(AdvantageStrategy):
     """Advantage-side: differential smoothing with the rollout policy's log-probabilities."""
 
     config_class = DSGRPOConfig
-    window_warnings = (WindowWarning(SHIFT_EXCEEDS, lambda trainer, values: _shift_dominates(trainer),
+    window_warnings = (WindowWarning(SHIFT_EXCEEDS, lambda ctx, values: _shift_dominates(ctx),
                                      modes=("train",)),)
 
     def needs_rollout_logps(self) -> bool:
         return True
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t, args = self.trainer, self.args
+        ctx, args = self.ctx, self.args
         rewards = batch.local_rewards
         mask = batch.completion_mask
         new = core_adv.dsgrpo_advantages(
@@ -93,7 +92,7 @@ class DSGRPO(AdvantageStrategy):
         shape = mask.shape
         delta = (broadcast_advantages(new, shape) - broadcast_advantages(advantages, shape)) * mask
         right = is_correct(rewards, args.correct_reward_threshold)[:, None]
-        guard_correctness(t, batch.rewards, is_correct(batch.rewards, args.correct_reward_threshold),
+        ctx.guard_correctness(batch.rewards, is_correct(batch.rewards, args.correct_reward_threshold),
                           batch.num_generations, "dsgrpo", "DS-GRPO gives every completion the same side of its "
                           "smoothing (the bonus of correct ones, or the penalty of wrong ones)")
         valid = mask.bool()
@@ -104,7 +103,7 @@ class DSGRPO(AdvantageStrategy):
         shift_abs = masked_sum(delta.abs(), valid)
         adv_abs = masked_sum(broadcast_advantages(advantages, shape).abs(), valid)
         n_valid = valid.sum()
-        t.queue_metrics({
+        ctx.queue_metrics({
             "dsgrpo/bonus_mean": (masked_sum(delta, correct), correct.sum()),
             "dsgrpo/penalty_mean": (masked_sum(delta, wrong), wrong.sum()),
             "dsgrpo/shift_abs_mean": (shift_abs, n_valid),
@@ -114,12 +113,12 @@ class DSGRPO(AdvantageStrategy):
         return new
 
 
-def _shift_dominates(trainer) -> str:
+def _shift_dominates(ctx) -> str:
     """The smoothing term outweighed GRPO's advantages (the trajectory log-prob grows with length)."""
-    window = trainer.metrics_window("train")
+    window = ctx.metrics_window("train")
     frac, shift, adv = (_window_mean(window, name) for name in (
         SHIFT_EXCEEDS, "dsgrpo/shift_abs_mean", "dsgrpo/advantage_abs_mean"))
-    granularity = trainer.args.ds_logp_granularity
+    granularity = ctx.args.ds_logp_granularity
     return (
         f"DS-GRPO: the smoothing shift outweighed GRPO's advantages on {frac:.0%} of the generation batches since "
         f"the last log (their means: |gamma * L| {shift:.3g} per token, |A| {adv:.3g}). With ds_logp_granularity="

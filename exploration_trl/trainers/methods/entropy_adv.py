@@ -43,11 +43,11 @@ class EntropyAdvConfig(ExplorationGRPOConfig):
                              "could flip an advantage's sign (paper: 2)")
 
 
-def _no_term(trainer, values: list[float]) -> str:
+def _no_term(ctx, values: list[float]) -> str:
     share = sum(v > 0 for v in values) / len(values)
     return (f"entropy_adv: on {share:.0%} of the micro-batches since the last log the entropy term added nothing to "
             "any token (every advantage was 0, as in groups whose rewards are all equal"
-            + (", or entropy_adv_alpha is 0" if trainer.args.entropy_adv_alpha == 0 else "")
+            + (", or entropy_adv_alpha is 0" if ctx.args.entropy_adv_alpha == 0 else "")
             + f"); logged as {NO_TERM}. Warned once.")
 
 
@@ -76,8 +76,8 @@ class EntropyAdv(LossStrategy):
     window_warnings = (WindowWarning(NO_TERM, _no_term),)
 
     def transform_logps(self, logps, capture: _Capture, inputs, state):
-        t, a = self.trainer, self.args
-        mask = t._loss_mask(inputs)
+        ctx, a = self.ctx, self.args
+        mask = ctx.loss_mask(inputs)
         advantages = inputs["advantages"]
         shaped = core_bonus.entropy_shaped_advantages(advantages, capture.entropies, mask, a.entropy_adv_alpha,
                                                       a.entropy_adv_kappa)
@@ -93,7 +93,7 @@ class EntropyAdv(LossStrategy):
         moved = valid & (base != 0)
         capped = moved & (a.entropy_adv_alpha * capture.entropies.detach().float() >= base.abs() / a.entropy_adv_kappa)
         n_valid = valid.sum(dtype=torch.float32)
-        t.queue_metrics({  # device scalars, read at the next log
+        ctx.queue_metrics({  # device scalars, read at the next log
             "entropy_adv/term_mean": (masked_sum(psi, valid), n_valid),
             "entropy_adv/term_ratio_mean": (masked_sum(psi / base.abs().clamp(min=1e-12), moved),
                                             moved.sum(dtype=torch.float32)),

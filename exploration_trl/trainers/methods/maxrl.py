@@ -12,7 +12,6 @@ from ...methods import MethodInfo, arxiv_paper, register_method
 from ...rewards._base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
 from ..config import check_sum_then_normalize
-from ..callbacks.correctness_guard import guard_correctness
 from ..components.window_warning import WindowWarning
 from ..strategy import AdvantageStrategy
 
@@ -57,10 +56,10 @@ def check_maxrl_options(config) -> None:
 LENGTH_WEIGHTED_LOSSES = ("grpo", "sapo")
 
 
-def _zero_batches(trainer, values: list[float]) -> str:
+def _zero_batches(ctx, values: list[float]) -> str:
     share = sum(v > 0 for v in values) / len(values)
     return (f"maxrl: every group of {share:.0%} of the generation batches since the last log was all correct or all "
-            f"wrong (correct: total reward > {trainer.args.correct_reward_threshold}), so MaxRL's advantages were all "
+            f"wrong (correct: total reward > {ctx.args.correct_reward_threshold}), so MaxRL's advantages were all "
             "0 and those batches taught nothing (logged as maxrl/zero_advantage_batch_frac and "
             "maxrl/zero_mean_groups). Harder or easier prompts, or more num_generations, give mixed groups. Warned "
             "once.")
@@ -90,29 +89,29 @@ class MaxRL(AdvantageStrategy):
     config_class = MaxRLConfig
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, ctx):
+        super().__init__(ctx)
         # Thm. 2's unbiasedness needs each prompt's gradient to be sum_j A_j grad log pi(o_j) up to a factor shared by
         # the prompt's completions, from samples of the policy being updated: say once when the settings break it.
-        args = trainer.args
+        args = ctx.args
         if args.loss_type in LENGTH_WEIGHTED_LOSSES:
             why = (f"loss_type '{args.loss_type}' divides each completion's loss by its own length, so the completions "
                    "of a prompt are weighted by 1/length")
-        elif args.loss_type == "bnpo" and max(args.gradient_accumulation_steps, trainer.accelerator.num_processes) > 1:
+        elif args.loss_type == "bnpo" and max(args.gradient_accumulation_steps, ctx.num_processes) > 1:
             why = ("loss_type 'bnpo' divides each micro-batch's loss by that micro-batch's own token count, so the "
                    "completions of a prompt that land in different micro-batches are weighted differently")
         else:
             why = None
         if why:
-            trainer.warn_once(
+            ctx.warn_once(
                 "maxrl_unequal_weights",
                 f"maxrl: {why}, and MaxRL's update is no longer the unbiased estimate of the maximum-likelihood "
                 "gradient (the paper's Thm. 2). loss_type dapo (the default), dr_grpo, cispo, luspo or vespo keep it. "
                 "Warned once.",
             )
-        updates = trainer._updates_per_rollout()
+        updates = ctx.updates_per_rollout()
         if updates > 1:
-            trainer.warn_once(
+            ctx.warn_once(
                 "maxrl_off_policy",
                 f"maxrl: each rollout feeds {updates:g} optimizer updates (steps_per_generation x num_iterations / "
                 "gradient_accumulation_steps), so every update after the first uses samples of an older policy; the "
@@ -121,15 +120,15 @@ class MaxRL(AdvantageStrategy):
             )
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t = self.trainer  # TRL's advantages are replaced, not shifted
+        ctx = self.ctx  # TRL's advantages are replaced, not shifted
         rewards, g = batch.rewards, batch.num_generations
         correct = is_correct(rewards, self.args.correct_reward_threshold)
-        guard_correctness(t, rewards, correct, g, "maxrl", "MaxRL's advantages are all 0 and it learns nothing")
+        ctx.guard_correctness(rewards, correct, g, "maxrl", "MaxRL's advantages are all 0 and it learns nothing")
         valid = ~torch.isnan(rewards)
         adv = core_est.maxrl_advantages(correct, g, valid=valid, eps=self.args.maxrl_eps)
         groups = (correct & valid).view(-1, g)
         local = adv.to(batch.advantages.device)[batch.process_slice]
-        t.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
+        ctx.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
             "maxrl/zero_mean_groups": ((~groups.any(dim=1)).sum(), groups.size(0)),
             "maxrl/adv_correct_mean": (masked_sum(adv, correct & valid), (correct & valid).sum()),
             ZERO_BATCH: ((adv == 0).all().double(), 1.0),

@@ -83,7 +83,7 @@ def _stable_key(value) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little") >> 1
 
 
-def _no_answers(trainer, values: list[float]) -> str:
+def _no_answers(ctx, values: list[float]) -> str:
     share = sum(v > 0 for v in values) / len(values)
     return (f"outcome_explore: in {share:.0%} of the generation batches since the last log no completion stated a "
             f"final answer its reward could read, so the exploration bonus did nothing there (logged as {NO_ANSWER}). "
@@ -115,8 +115,8 @@ class OutcomeExplore(AdvantageStrategy):
     config_class = OutcomeExploreConfig
     window_warnings = (WindowWarning(NO_ANSWER, _no_answers),)
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, ctx):
+        super().__init__(ctx)
         self._outcome_counts: dict[int, dict[int, int]] = {}  # prompt key -> answer key -> times sampled
 
     def state_dict(self) -> dict:
@@ -128,7 +128,7 @@ class OutcomeExplore(AdvantageStrategy):
 
     def local_answers(self, n: int) -> tuple[list, list[str | None]]:
         """This process's prompts and the final answers its reward read, one per completion."""
-        prompts, recorded = self.trainer.rollout.reward_outcomes
+        prompts, recorded = self.ctx.reward_outcomes
         wanted = self.args.outcome_answer_reward
         usable = {name: a for name, a in recorded.items() if len(a) == n}
         if wanted is not None:
@@ -146,14 +146,14 @@ class OutcomeExplore(AdvantageStrategy):
         return prompts, next(iter(usable.values()))
 
     def gathered(self, values: list) -> list:
-        if self.trainer.accelerator.num_processes == 1:
+        if self.ctx.num_processes == 1:
             return values
         from accelerate.utils import gather_object
 
         return gather_object(values)  # in process order, as the batch's rows
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t, a, g = self.trainer, self.args, batch.num_generations
+        ctx, a, g = self.ctx, self.args, batch.num_generations
         if a.outcome_ucb_coef == 0 and a.outcome_batch_coef == 0:  # switched off: GRPO's advantages, no answers read
             return advantages
         n_local = batch.process_slice.stop - batch.process_slice.start
@@ -168,14 +168,14 @@ class OutcomeExplore(AdvantageStrategy):
         ucb = core_bonus.outcome_ucb_bonus(counts, has, g, a.outcome_ucb_baseline, a.outcome_ucb_b0)
         penalty = core_bonus.outcome_batch_penalty(ids, has, g)
         bonus = a.outcome_ucb_coef * ucb + a.outcome_batch_coef * penalty
-        if t.model.training:  # evaluation batches are not part of the training history
+        if ctx.training:  # evaluation batches are not part of the training history
             for p, x in keys:
                 if x is not None:
                     answers_of = self._outcome_counts.setdefault(p, {})
                     answers_of[x] = answers_of.get(x, 0) + 1
         groups = has.view(-1, g)
         repeated = (penalty < 0) & has
-        t.queue_metrics({  # global already (every process's rows): kept on the device until the log
+        ctx.queue_metrics({  # global already (every process's rows): kept on the device until the log
             "outcome_explore/answered_frac": (has.sum(), has.numel()),
             "outcome_explore/new_answer_frac": (((counts == 0) & has).sum(), has.sum()),
             "outcome_explore/ucb_bonus_mean": (masked_sum(ucb, has), has.sum()),

@@ -15,7 +15,6 @@ from ...methods import MethodInfo, arxiv_paper, register_method
 from ...rewards._base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from ..config import check_sum_then_normalize
-from ..callbacks.correctness_guard import guard_correctness
 from ..strategy import AdvantageStrategy
 
 __all__ = ["PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig", "UnlikelyTrainer"]
@@ -79,17 +78,17 @@ class Passk(AdvantageStrategy):
     config_class = PasskConfig
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t, args = self.trainer, self.args  # TRL's advantages are replaced, not shifted
+        ctx, args = self.ctx, self.args  # TRL's advantages are replaced, not shifted
         rewards = batch.rewards
         correct = is_correct(rewards, args.correct_reward_threshold)
-        guard_correctness(t, rewards, correct, batch.num_generations, "passk",
+        ctx.guard_correctness(rewards, correct, batch.num_generations, "passk",
                           "Pass@k Training's advantages are all 0 and it learns nothing")
         adv = core_pk.passk_advantages(correct, batch.num_generations, args.passk_k,
                                        valid=~torch.isnan(rewards), scale=args.scale_rewards != "none")
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         local_correct = correct[batch.process_slice].to(adv.device)
         local_wrong = ~local_correct
-        t.queue_metrics({  # on the device until the next log: no host read on the step
+        ctx.queue_metrics({  # on the device until the next log: no host read on the step
             "passk/k": (float(args.passk_k), 1),
             "passk/adv_correct_mean": (masked_sum(adv, local_correct), local_correct.sum()),
             "passk/adv_wrong_mean": (masked_sum(adv, local_wrong), local_wrong.sum()),
@@ -169,13 +168,13 @@ class PKPO(AdvantageStrategy):
         return core_pk.pkpo_k_at_step(step, a.pkpo_k, a.pkpo_k_final, a.pkpo_k_anneal_steps, a.pkpo_k_schedule)
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t = self.trainer
+        ctx = self.ctx
         k = self.k_at(batch.global_step)
         adv = core_pk.pkpo_advantages(batch.rewards, batch.num_generations, k, self.args.pkpo_estimator,
                                       scale=self.args.scale_rewards)
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         correct = is_correct(batch.local_rewards, self.args.correct_reward_threshold).to(adv.device)
-        t.queue_metrics({  # on the device until the next log: no host read on the step
+        ctx.queue_metrics({  # on the device until the next log: no host read on the step
             "pkpo/k": (float(k), 1),
             "pkpo/adv_abs_mean": (adv.abs().sum(), adv.numel()),
             "pkpo/adv_wrong_mean": (masked_sum(adv, ~correct), (~correct).sum()),
@@ -237,12 +236,12 @@ class Unlikely(AdvantageStrategy):
         return True
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t, a = self.trainer, self.args
+        ctx, a = self.ctx, self.args
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         rewards = batch.rewards.to(logps.device)
         correct = is_correct(rewards, a.correct_reward_threshold)
         if a.unlikely_rank_among == "correct":
-            guard_correctness(t, rewards, correct, batch.num_generations, "unlikely",
+            ctx.guard_correctness(rewards, correct, batch.num_generations, "unlikely",
                               "the unlikeliness rank among correct completions ranks all of them or none")
         shaped = core_pk.unlikeliness_rewards(rewards, logps, mask, batch.num_generations, a.unlikely_beta,
                                               correct=correct, logp=a.unlikely_logp, rank_among=a.unlikely_rank_among)
@@ -250,7 +249,7 @@ class Unlikely(AdvantageStrategy):
         adv = adv.to(batch.advantages.device)[batch.process_slice]
         factor = (shaped / rewards)[batch.process_slice].to(adv.device)
         local_correct = correct[batch.process_slice].to(adv.device) & (rewards[batch.process_slice] != 0).to(adv.device)
-        t.queue_metrics({  # on the device until the next log: no host read on the step
+        ctx.queue_metrics({  # on the device until the next log: no host read on the step
             "unlikely/factor_correct_mean": (masked_sum(factor, local_correct), local_correct.sum()),
             "unlikely/adv_change_abs_mean": ((adv - batch.advantages).abs().sum(), adv.numel()),
         })

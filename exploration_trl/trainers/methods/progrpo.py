@@ -9,9 +9,7 @@ import torch
 from ...core import advantages as core_adv
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ...rewards._base import is_correct
-from ..boundary.prompt_tokens import user_token_mask
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
-from ..callbacks.correctness_guard import guard_correctness
 from ..strategy import AdvantageStrategy
 
 PROGRPO_BASELINES = ("prompt", "group_mean")
@@ -97,7 +95,7 @@ class ProGRPO(AdvantageStrategy):
         return self.args.progrpo_baseline == "prompt"
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t, args = self.trainer, self.args
+        ctx, args = self.ctx, self.args
         logps, mask = batch.gather_padded(batch.completion_logps), batch.gather_padded(batch.completion_mask)
         prompt_logps = prompt_mask = None
         if args.progrpo_baseline == "prompt":
@@ -120,8 +118,8 @@ class ProGRPO(AdvantageStrategy):
         conf = core_adv.confidence(logps, mask, args.progrpo_low_prob_fraction)
         correct = is_correct(batch.rewards, args.correct_reward_threshold).view(-1, batch.num_generations)
         # The one warning when no group mixes correct and wrong (the guard decides it at the log).
-        guard_correctness(t, batch.rewards, correct, batch.num_generations, "progrpo",
-                          SKIP_RULE_EFFECT[args.progrpo_skip_groups])
+        ctx.guard_correctness(batch.rewards, correct, batch.num_generations, "progrpo",
+                              SKIP_RULE_EFFECT[args.progrpo_skip_groups])
         mixed = correct.any(dim=1) & ~correct.all(dim=1)
         # Global already (the gathered batch): kept on the device until the next log, not reduced again. A confidence
         # is NaN for a completion without tokens; the means skip those (a step with none logs no value).
@@ -134,22 +132,17 @@ class ProGRPO(AdvantageStrategy):
         if prompt_logps is not None:
             ref = core_adv.confidence(prompt_logps, prompt_mask, args.progrpo_low_prob_fraction)
             metrics["progrpo/prompt_confidence_mean"] = (ref.nansum(), (~ref.isnan()).sum())
-        t.queue_metrics(metrics, reduce=False)
+        ctx.queue_metrics(metrics, reduce=False)
         return new[batch.process_slice]
 
     def prompt_logps(self, logps: torch.Tensor, mask: torch.Tensor, output) -> tuple[torch.Tensor, torch.Tensor]:
         if self.args.progrpo_prompt_tokens != "user":
             return logps, mask
-        t = self.trainer
-        prompts = [x["prompt"] for x in t.rollout.inputs]
-        user, fallbacks = user_token_mask(
-            prompts, output["prompt_ids"], output["prompt_mask"], t.processing_class,
-            tools=t.tools or None, chat_template=t.chat_template, **t.chat_template_kwargs,
-        )
+        user, fallbacks = self.ctx.user_prompt_mask(output)
         if fallbacks:
-            t.warn_once(
+            self.ctx.warn_once(
                 "progrpo_user_tokens",
-                f"progrpo_prompt_tokens='user': for {fallbacks} of {len(prompts)} prompts the chat template could not "
+                f"progrpo_prompt_tokens='user': for {fallbacks} of {len(user)} prompts the chat template could not "
                 "be re-rendered to TRL's exact token ids, so those prompts use all their tokens. Set "
                 "progrpo_prompt_tokens: all to silence this.",
             )

@@ -51,7 +51,7 @@ def check_qae_options(config) -> None:
     check_choice(config, "qae_quantile_method", core_est.QAE_QUANTILE_METHODS)
 
 
-def _zero_batches(trainer, values: list[float]) -> str:
+def _zero_batches(ctx, values: list[float]) -> str:
     share = sum(v > 0 for v in values) / len(values)
     return (f"qae: every group of {share:.0%} of the generation batches since the last log had equal rewards, so "
             f"QAE's advantages were all 0 and those batches taught nothing (logged as {ZERO_BATCH}; the share of "
@@ -82,11 +82,11 @@ class QAE(AdvantageStrategy):
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t, a = self.trainer, self.args  # TRL's advantages are replaced
+        ctx, a = self.ctx, self.args  # TRL's advantages are replaced
         adv = core_est.quantile_advantages(batch.rewards, batch.num_generations, k=a.qae_k,
                                            method=a.qae_quantile_method, scale=a.scale_rewards)
         zero = adv == 0
-        t.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
+        ctx.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
             "qae/zero_adv_frac": (zero.sum(), zero.numel()),
             "qae/positive_adv_frac": ((adv > 0).sum(), adv.numel()),
             ZERO_BATCH: (zero.all().double(), 1.0),

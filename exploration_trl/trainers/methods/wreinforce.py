@@ -12,7 +12,6 @@ from ...methods import MethodInfo, arxiv_paper, register_method
 from ...rewards._base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from ..config import check_sum_then_normalize
-from ..callbacks.correctness_guard import guard_correctness
 from ..components.window_warning import WindowWarning
 from ..strategy import AdvantageStrategy
 
@@ -51,15 +50,15 @@ def check_wreinforce_options(config) -> None:
     check_choice(config, "wreinforce_mode", core_est.WREINFORCE_MODES)
 
 
-def _zero_batches(trainer, values: list[float]) -> str:
+def _zero_batches(ctx, values: list[float]) -> str:
     share = sum(v > 0 for v in values) / len(values)
-    mode = trainer.args.wreinforce_mode
+    mode = ctx.args.wreinforce_mode
     why = {"psr": "had no correct completion (wreinforce_mode: psr trains on correct ones only)",
            "nsr": "had no wrong completion (wreinforce_mode: nsr trains on wrong ones only)",
            "weighted": "had only correct completions and wreinforce_lambda is 0"}[mode]
     return (f"wreinforce: {share:.0%} of the generation batches since the last log {why}, so their advantages were all "
             f"0 and they taught nothing (logged as {ZERO_BATCH}; correct: total reward > "
-            f"{trainer.args.correct_reward_threshold}). Warned once.")
+            f"{ctx.args.correct_reward_threshold}). Warned once.")
 
 
 @register_method(MethodInfo(
@@ -87,15 +86,15 @@ class WReinforce(AdvantageStrategy):
     window_warnings = (WindowWarning(ZERO_BATCH, _zero_batches),)
 
     def advantages(self, batch: RolloutBatch, advantages: torch.Tensor) -> torch.Tensor:
-        t, a = self.trainer, self.args  # TRL's advantages are replaced
+        ctx, a = self.ctx, self.args  # TRL's advantages are replaced
         rewards = batch.rewards
         correct = is_correct(rewards, a.correct_reward_threshold)
-        guard_correctness(t, rewards, correct, batch.num_generations, "wreinforce",
+        ctx.guard_correctness(rewards, correct, batch.num_generations, "wreinforce",
                           "W-REINFORCE gives every completion the same advantage, so it moves the likelihood of every "
                           "sample alike")
         valid = ~torch.isnan(rewards)
         adv = core_est.weighted_reinforce_advantages(correct, valid, a.wreinforce_lambda, a.wreinforce_mode)
-        t.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
+        ctx.queue_metrics({  # global already (the gathered rewards): kept on the device until the log
             "wreinforce/correct_frac": ((correct & valid).sum(), valid.sum()),
             "wreinforce/adv_mean": (adv.sum(), valid.sum()),
             ZERO_BATCH: ((adv == 0).all().double(), 1.0),
