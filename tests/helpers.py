@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import yaml
 from datasets import Dataset
 
+import exploration_trl
 from exploration_trl.rewards import record_outcomes
 from exploration_trl.toy import build_toy, save_toy
 
 PROMPTS = ["ab", "ba", "abc", "cab", "bca", "acb", "cc", "aa"]
+
+
+def child_pythonpath(*folders) -> str:
+    """PYTHONPATH for a child process: `folders`, then the folder of the `exploration_trl` this session imports, so
+    that the child runs the package under test, not another checkout the environment has installed."""
+    return os.pathsep.join([*map(str, folders), str(Path(exploration_trl.__file__).resolve().parents[1])])
 
 
 def toy_checkpoint(path, seed=0, **kwargs):

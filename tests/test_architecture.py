@@ -1,5 +1,6 @@
 """How a trainer is assembled (issues 45 and 54): a method is a strategy held by one thin class, concerns are
-components, and one wing of `trainers/`, the boundary, adapts TRL and vLLM. Each test names what broke the rule."""
+components, and one package below `trainers/` and `eval/`, the boundary (`exploration_trl/boundary/`), adapts TRL and
+vLLM. Each test names what broke the rule."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from trl import GRPOTrainer
 import exploration_trl
 from exploration_trl import methods
 from exploration_trl.trainers import ExplorationGRPOTrainer, get_trainer_class
-from exploration_trl.trainers.boundary.trl_adapter import TRLAdapter
+from exploration_trl.boundary.trl_adapter import TRLAdapter
 from exploration_trl.trainers.composition import ADVANTAGE_SIDE, LOSS_SIDE
 
 PACKAGE = Path(exploration_trl.__file__).parent
-BOUNDARY = PACKAGE / "trainers" / "boundary"
+BOUNDARY = PACKAGE / "boundary"
 
 
 def _every_method_and_composition() -> list[str]:
@@ -50,7 +51,7 @@ def _package_classes() -> list[type]:
             continue  # a front end for a framework this environment lacks (verl: .venv-verl), which it imports
         if not module.name.endswith("__main__"):
             importlib.import_module(module.name)
-    from exploration_trl.trainers.boundary.vllm_support import cpu_generation_class
+    from exploration_trl.boundary.vllm_support import cpu_generation_class
 
     cpu_generation_class()  # defined on first use (it subclasses TRL's vLLM engine)
     seen: set[type] = set()
@@ -69,7 +70,7 @@ MODEL_DEFINITION_HOOKS = {"_init_weights", "_no_split_modules", "_supports_defau
 
 
 def test_only_the_boundary_overrides_private_methods_of_trl_or_transformers():
-    """Every override of a private method of TRL, transformers or accelerate is written in `trainers/boundary/` (the
+    """Every override of a private method of TRL, transformers or accelerate is written in `boundary/` (the
     trainer's base, `TRLAdapter`, holds TRL's)."""
 
     owners: dict[str, list[str]] = {}
@@ -82,7 +83,7 @@ def test_only_the_boundary_overrides_private_methods_of_trl_or_transformers():
                         and name not in MODEL_DEFINITION_HOOKS):
                     owners.setdefault(getattr(value, "__module__", cls.__module__), []).append(
                         f"{cls.__qualname__}.{name}")
-    assert all(module.startswith("exploration_trl.trainers.boundary.") for module in owners), owners
+    assert all(module.startswith("exploration_trl.boundary.") for module in owners), owners
     assert "TRLAdapter._generate_and_score_completions" in owners[TRLAdapter.__module__]
 
 
@@ -112,10 +113,6 @@ def test_only_the_boundary_reads_trls_private_attributes():
     assert reads == []
 
 
-#: The modules of the evaluation harness's own vLLM engine (`exploration-trl eval --backend vllm`, which training's
-#: held-out evaluation does not use): they drive `vllm.LLM` directly, not through TRL, and sit below `trainers`, so
-#: they cannot live in its boundary. No other module outside the boundary imports vLLM.
-EVALUATION_VLLM = {"vllm_engine.py", "eval/generation.py", "eval/vllm_host.py"}
 #: What the boundary patches of accelerate (`deepspeed_import.py`: `accelerate.utils.other.is_deepspeed_available`)
 #: and DeepSpeed itself, which only the boundary decides when to import.
 PATCHED = ("accelerate.utils.other", "deepspeed")
@@ -134,18 +131,19 @@ def _trl_private_methods() -> set[str]:
 
 
 def boundary_violations(root: Path) -> list[str]:
-    """Where a module under `root` (outside `trainers/boundary/`) knows TRL's, vLLM's or accelerate's internals.
+    """Where a module under `root` (outside `boundary/`, the package's one boundary) knows TRL's, vLLM's or
+    accelerate's internals.
 
     The rule: outside the boundary a module may import from TRL only TRL's public top-level names (`from trl import
     GRPOConfig, GRPOTrainer`: names in `trl.__all__` that are no submodule; no `import trl`, no `trl.<submodule>`);
-    it imports no vLLM (but the evaluation harness's own engine, `EVALUATION_VLLM`), no DeepSpeed and nothing of
+    it imports no vLLM (the evaluation harness's engine is the boundary's too), no DeepSpeed and nothing of
     accelerate that the boundary patches (`PATCHED`); and it neither defines nor names (calls, reads, `super()._x`) a
     private method of TRL's `GRPOTrainer` or transformers' `Trainer` (`_generate`, `_compute_loss`, ...)."""
     public_trl, private_methods = _public_trl_names(), _trl_private_methods()
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith("trainers/boundary/"):
+        if rel.startswith("boundary/"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             where = f"{rel}:{getattr(node, 'lineno', 0)}"
@@ -156,7 +154,7 @@ def boundary_violations(root: Path) -> list[str]:
                     found += [f"{where} from trl import {a.name}" for a in node.names if a.name not in public_trl]
                 elif module == "trl" or module.startswith("trl."):
                     found.append(f"{where} imports {module}")
-                elif (module == "vllm" or module.startswith("vllm.")) and rel not in EVALUATION_VLLM:
+                elif module == "vllm" or module.startswith("vllm."):
                     found.append(f"{where} imports {module}")
                 elif any(module == p or module.startswith(p + ".") for p in PATCHED):
                     found.append(f"{where} imports {module}")
@@ -176,10 +174,15 @@ def test_only_the_boundary_knows_trl_internals():
 
 
 def test_the_boundary_check_sees_a_violation(tmp_path):
-    """The checker itself, on planted modules: each kind of violation is reported, the boundary's own are not."""
-    (tmp_path / "trainers" / "boundary").mkdir(parents=True)
-    (tmp_path / "trainers" / "boundary" / "adapter.py").write_text(
-        "from trl.trainer.utils import RepeatSampler\nimport vllm\n")
+    """The checker itself, on planted modules: each kind of violation is reported, the boundary's own are not (nor
+    is the old place of the boundary, `trainers/boundary/`, nor the evaluation harness, an exception any more)."""
+    for folder in ("boundary", "trainers/boundary", "eval"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "boundary" / "adapter.py").write_text("from trl.trainer.utils import RepeatSampler\nimport vllm\n")
+    (tmp_path / "boundary" / "vllm_offline.py").write_text("def start():\n    from vllm import LLM, SamplingParams\n")
+    (tmp_path / "trainers" / "boundary" / "adapter.py").write_text("from trl.trainer.utils import RepeatSampler\n")
+    (tmp_path / "eval" / "generation.py").write_text("def sample():\n    from vllm import SamplingParams\n")
+    (tmp_path / "vllm_engine.py").write_text("import vllm.platforms as platforms\n")
     (tmp_path / "trainers" / "component.py").write_text(
         "from trl import GRPOTrainer, GRPOConfig\n"
         "from trl.models import unwrap_model_for_generation\n"
@@ -191,8 +194,11 @@ def test_the_boundary_check_sees_a_violation(tmp_path):
     assert sorted(line.split(" ", 1)[1] for line in found) == sorted([
         "imports trl.models", "from trl import trainer", "imports vllm.platforms", "imports accelerate.utils.other",
         "imports deepspeed", "overrides TRL's Hooked._generate", "names TRL's ._generate",
-        "names TRL's ._get_per_token_logps_and_entropies",
+        "names TRL's ._get_per_token_logps_and_entropies", "imports trl.trainer.utils", "imports vllm",
+        "imports vllm.platforms",
     ]), found
+    assert {line.split(":")[0] for line in found} == {
+        "trainers/component.py", "trainers/boundary/adapter.py", "eval/generation.py", "vllm_engine.py"}, found
 
 
 def test_no_warned_flags():

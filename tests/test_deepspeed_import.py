@@ -1,6 +1,6 @@
 """A run that does not use DeepSpeed does not import it, so it does not print DeepSpeed's "[WARNING] ... Setting
 accelerator to CPU" (accelerate's `extract_model_from_parallel`, called on every `save_pretrained`, imported it
-whenever it was installed; `exploration_trl.trainers.boundary.deepspeed_import`)."""
+whenever it was installed; `exploration_trl.boundary.deepspeed_import`)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_deepspeed_counts_as_available_to_unwrapping_once_imported():
     accelerate sees it as installed again. Idempotent."""
     from accelerate.utils import other
 
-    from exploration_trl.trainers.boundary.deepspeed_import import import_deepspeed_only_when_used
+    from exploration_trl.boundary.deepspeed_import import import_deepspeed_only_when_used
 
     import_deepspeed_only_when_used()
     patched = other.is_deepspeed_available

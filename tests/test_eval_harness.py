@@ -319,6 +319,7 @@ def test_backend_resolution():
 
 def test_vllm_backend_with_a_fake_engine(toy_dir, monkeypatch):
     """The vLLM code path, against a stand-in `vllm` module (vLLM itself needs a GPU)."""
+    from exploration_trl.boundary.vllm_offline import _topk_logprobs
     from exploration_trl.toy import build_toy_tokenizer
 
     seen = {}
@@ -367,10 +368,11 @@ def test_vllm_backend_with_a_fake_engine(toy_dir, monkeypatch):
     assert all(math.isclose(e, math.log(4)) for e in res[0].entropies)
     # tempering sharpens nothing for a uniform top-k; a skewed one gets lower entropy at lower temperature
     skew = {0: Logprob(math.log(0.7), 1), 1: Logprob(math.log(0.2), 2), 2: Logprob(math.log(0.1), 3)}
-    assert VLLMGenerator._entropy(skew, 0.5, 20) < VLLMGenerator._entropy(skew, 1.0, 20)
+    top20, top2 = _topk_logprobs(skew, 20), _topk_logprobs(skew, 2)  # rank 3 is outside the top 2: left out
+    assert gen_mod._topk_entropy(top20, 0.5) < gen_mod._topk_entropy(top20, 1.0)
     h = -sum(p * math.log(p) for p in (0.7, 0.2, 0.1))
-    assert math.isclose(VLLMGenerator._entropy(skew, 1.0, 20), h)
-    assert math.isclose(VLLMGenerator._entropy(skew, 1.0, 2), -sum(p * math.log(p) for p in (0.7 / 0.9, 0.2 / 0.9)))
+    assert math.isclose(gen_mod._topk_entropy(top20, 1.0), h)
+    assert math.isclose(gen_mod._topk_entropy(top2, 1.0), -sum(p * math.log(p) for p in (0.7 / 0.9, 0.2 / 0.9)))
     g.close()
 
 

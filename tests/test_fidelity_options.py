@@ -16,7 +16,7 @@ import torch
 
 import exploration_trl as et
 from exploration_trl.toy import build_toy_tokenizer
-from exploration_trl.trainers.boundary.prompt_tokens import user_token_mask
+from exploration_trl.boundary.prompt_tokens import user_token_mask
 from exploration_trl.trainers.base import RolloutBatch
 from exploration_trl.trainers.components.still import position_bonus_active
 from helpers import distinct_char_reward, grpo_kwargs, letter_reward, max_param_diff, toy_checkpoint, toy_dataset, train

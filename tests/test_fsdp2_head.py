@@ -29,7 +29,7 @@ def _worker(rank: int, world: int, port: int, out: str):
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
     from exploration_trl.ops.lm_head import candidate_logps
-    from exploration_trl.trainers.boundary.capture import head_weights
+    from exploration_trl.boundary.capture import head_weights
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

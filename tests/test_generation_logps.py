@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import exploration_trl as et
-from exploration_trl.trainers.boundary.capture import _Capture
+from exploration_trl.boundary.capture import _Capture
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 

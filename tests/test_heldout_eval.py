@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from datasets import Dataset
+from helpers import child_pythonpath
 
 from exploration_trl.eval.harness import run_eval
 from exploration_trl.experiments import countdown_tiny as ct
@@ -107,7 +108,7 @@ def test_builtin_benchmark_by_name_and_config_errors(tmp_path):
 @pytest.mark.skipif(shutil.which("accelerate") is None and not Path(sys.executable).with_name("accelerate").exists(),
                     reason="the accelerate CLI is part of the package's requirements")
 def test_two_processes_split_the_problems_and_gather_the_same_metrics(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(TESTS), "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, str(TESTS / "heldout_driver.py"), str(tmp_path / "one")],
                          capture_output=True, text=True, timeout=600, env=env, check=False)
     assert one.returncode == 0, one.stderr[-3000:]

@@ -22,17 +22,18 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "exploration_trl"
 MAX_MODULE_LINES = 600
 #: The floors of the package, lowest first: a module imports only from floors below its own (or from its own
 #: subpackage). The first floor's modules import nothing from the package; `methods` is the method registry every
-#: floor reads, filled by the trainers' `@register_method`; the trainers write their model cards (`hub`) and
-#: evaluate held-out pass@k (`eval`), so both sit below them.
+#: floor reads, filled by the trainers' `@register_method`; the boundary, the only place that knows TRL's and vLLM's
+#: internals, stands under both the evaluation harness (its vLLM engine) and the trainers (the TRL adapter); the
+#: trainers write their model cards (`hub`) and evaluate held-out pass@k (`eval`), so both sit below them.
 LAYERS = (
     ("exploration_trl",),
-    ("exploration_trl.errors", "exploration_trl.io_safety", "exploration_trl.methods", "exploration_trl.vllm_engine",
-     "exploration_trl._commit", "exploration_trl.weights",
-     "exploration_trl.toy", "exploration_trl.data", "exploration_trl.core"),
+    ("exploration_trl.errors", "exploration_trl.io_safety", "exploration_trl.methods", "exploration_trl._commit",
+     "exploration_trl.weights", "exploration_trl.toy", "exploration_trl.data", "exploration_trl.core"),
     ("exploration_trl.random_model",),  # a shipped architecture at random weights, with the toy's tokenizer
     ("exploration_trl.rewards",),
     ("exploration_trl.metrics",),
     ("exploration_trl.ops",),
+    ("exploration_trl.boundary",),  # the TRL adapter reads the rewards' recorded outcomes
     ("exploration_trl.eval",),
     ("exploration_trl.hub",),
     ("exploration_trl.trainers",),
@@ -167,10 +168,10 @@ def _upward(graph: dict[str, set[str]]) -> list[str]:
     return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if _floor(b) >= _floor(a))
 
 
-#: The wings of `exploration_trl.trainers`, lowest first (its `__init__` stands above them all): the boundary, the only
-#: place that knows TRL's and vLLM's internals, at the bottom; the method modules above the trainer they subclass.
+#: The wings of `exploration_trl.trainers`, lowest first (its `__init__` stands above them all; the boundary they stand
+#: on is `exploration_trl.boundary`, a floor of the package below them): the method modules above the trainer they
+#: subclass.
 TRAINER_FLOORS = (
-    ("exploration_trl.trainers.boundary",),
     ("exploration_trl.trainers.components", "exploration_trl.trainers.callbacks"),
     ("exploration_trl.trainers.config", "exploration_trl.trainers.context"),
     ("exploration_trl.trainers.strategy",),
@@ -182,7 +183,7 @@ TRAINER_FLOORS = (
 
 def test_the_trainers_wings_import_only_down():
     """Each wing of `trainers/` (a subpackage or a module directly in it, as one node) imports only from floors below
-    its own: the boundary imports no other wing, a component or callback no method and not the trainer."""
+    its own: a component or callback imports no method and not the trainer."""
     graph = collapse(import_graph(), "exploration_trl.trainers")
     assert set(graph) == {m for floor in TRAINER_FLOORS for m in floor}, sorted(graph)
     floor = {m: i for i, names in enumerate(TRAINER_FLOORS) for m in names}

@@ -37,7 +37,7 @@ import yaml
 from safetensors.torch import load_file
 
 from exploration_trl.core.advantages import group_advantages, progrpo_advantages
-from helpers import toy_checkpoint
+from helpers import child_pythonpath, toy_checkpoint
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -91,7 +91,7 @@ def _accelerate() -> str:
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": child_pythonpath(TESTS), "OMP_NUM_THREADS": "1"}
 
 
 def _engine_config(tmp: Path, engine: str, num_processes: int) -> Path:

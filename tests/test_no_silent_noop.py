@@ -13,7 +13,7 @@ import exploration_trl as et
 from exploration_trl.cli import main as cli_main
 from exploration_trl.errors import HookDidNotRunError
 from exploration_trl.trainers.base import ExplorationGRPOTrainer
-from exploration_trl.trainers.boundary.capture import LMHead
+from exploration_trl.boundary.capture import LMHead
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 

@@ -1,4 +1,4 @@
-"""The TRL 1.16 behaviours the boundary relies on (`exploration_trl/trainers/boundary/`: the trainer's TRL adapter,
+"""The TRL 1.16 behaviours the boundary relies on (`exploration_trl/boundary/`: the trainer's TRL adapter,
 the vLLM support, the capture of TRL's forward, the copies of TRL's loss normalisation). Each test fails loudly if a
 TRL upgrade changes one."""
 
@@ -10,7 +10,7 @@ from trl import GRPOTrainer
 
 import exploration_trl as et
 from exploration_trl.ops.lm_head import token_statistics
-from exploration_trl.trainers.boundary.capture import _Capture
+from exploration_trl.boundary.capture import _Capture
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 
@@ -242,7 +242,7 @@ def test_trl_entropy_bonus_reads_the_coefficient_the_entropy_band_sets():
 
 
 def test_trl_vllm_behaviours_the_cpu_support_relies_on():
-    """`trainers/boundary/vllm_support.py` (vLLM on a CPU) relies on TRL 1.16:
+    """`boundary/vllm_support.py` (vLLM on a CPU) relies on TRL 1.16:
     - `GRPOTrainer.__init__` building its engine as `VLLMGeneration(...)`, the name imported into
       `trl.trainer.grpo_trainer` (the CPU subclass is put in its place while `__init__` runs);
     - the colocate sync handing vLLM's model one parameter at a time to `model.load_weights` (what vLLM's CPU backend,
@@ -278,7 +278,7 @@ def test_trl_vllm_behaviours_the_cpu_support_relies_on():
 
 
 def test_every_private_name_the_adapter_uses_exists_in_this_trl(ckpt, tmp_path):
-    """The TRL adapter (`trainers/boundary/trl_adapter.py`) and the vLLM support (its CPU engine) are the modules that
+    """The TRL adapter (`boundary/trl_adapter.py`) and the vLLM support (its CPU engine) are the modules that
     touch TRL's and transformers' private names (issues 45 and 54): each one they read, call or override exists in the
     installed TRL, on a built trainer or on TRL's vLLM engine, and the accessors return what the components expect of
     them."""
@@ -289,7 +289,7 @@ def test_every_private_name_the_adapter_uses_exists_in_this_trl(ckpt, tmp_path):
     from trl.generation.vllm_generation import VLLMGeneration
 
     import exploration_trl.trainers.base as base
-    from exploration_trl.trainers.boundary import trl_adapter, vllm_support
+    from exploration_trl.boundary import trl_adapter, vllm_support
 
     ours = {name for cls in (base.ExplorationGRPOTrainer,) for name in vars(cls)}
     own_state = {"_capture", "_ds_replay", "_loss_inputs", "_loss_state", "_ran_hooks", "_given_once", "_divergence",
@@ -341,7 +341,7 @@ def test_every_override_of_trl_defers_to_trl_until_init_finishes():
     """No override may read state only `__init__` sets: each one carries `trl_until_assembled`, which runs TRL's
     method until the trainer is assembled. A new override without it fails here."""
     from exploration_trl.trainers.base import ExplorationGRPOTrainer
-    from exploration_trl.trainers.boundary.trl_adapter import TRLAdapter
+    from exploration_trl.boundary.trl_adapter import TRLAdapter
 
     overrides = {
         f"{cls.__name__}.{name}": value for cls in (TRLAdapter, ExplorationGRPOTrainer)

@@ -101,7 +101,7 @@ def runs(ckpt, tmp_path_factory):
 
 
 def test_vllm_runs_on_the_cpu_with_the_reload_sync(runs):
-    from exploration_trl.trainers.boundary.vllm_support import vllm_runs_on_cpu
+    from exploration_trl.boundary.vllm_support import vllm_runs_on_cpu
 
     assert vllm_runs_on_cpu()
     assert runs("grpo")["generation"] == "CPUVLLMGeneration"

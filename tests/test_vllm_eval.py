@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import CLI_BASE, toy_checkpoint
+from helpers import CLI_BASE, child_pythonpath, toy_checkpoint
 from vllm_helpers import CPU_MEMORY_SHARE, child_env, vllm_checkpoint
 
 from exploration_trl.eval.generation import CPU_KV_CACHE_BYTES, cpu_memory_utilization
@@ -44,7 +44,7 @@ def ckpt(tmp_path_factory):
 
 
 def _cli(args, tmp_path, timeout=600):
-    env = child_env(PYTHONPATH=str(TESTS), OMP_NUM_THREADS="2")
+    env = child_env(PYTHONPATH=child_pythonpath(TESTS), OMP_NUM_THREADS="2")
     cmd = [sys.executable, "-c", "import sys; from exploration_trl.cli import main; sys.exit(main())", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
 

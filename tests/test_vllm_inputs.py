@@ -9,7 +9,7 @@ vLLM engine (`trainer.vllm_generation`) and check that
 (a) the rollout statistics the methods use (ProGRPO's confidences, DS-GRPO's log-probs, CaSP's top-N candidates)
     come from the trainer's own pass whenever TRL runs one (the correction on, or off-policy training), and the loss
     never reads vLLM's log-probs; with the correction off and on-policy, TRL runs none, and DS-GRPO / ProGRPO take
-    vLLM's log-probs instead of an added forward (`trainers/boundary/vllm_support.py`), where they are TRL's quantity;
+    vLLM's log-probs instead of an added forward (`boundary/vllm_support.py`), where they are TRL's quantity;
 (b) TRL's importance-sampling ratio still multiplies each method's modified loss;
 (c) the dictionary keys involved are the ones TRL 1.16 writes and reads (so a rename in TRL fails here).
 """
@@ -313,9 +313,16 @@ TRL_WRITES = ("old_per_token_logps", "sampling_per_token_logps", "importance_sam
 PACKAGE_KEYS = ("exploration_correct", "casp_forking", "casp_topn_ids", "casp_topn_old_logps", "casp_is_top1")
 
 
+#: The trainers' code: `trainers/` and the boundary below it (the TRL adapter, the vLLM support).
+TRAINER_CODE = (Path(et.__file__).parent / "trainers", Path(et.__file__).parent / "boundary")
+
+
+def _trainer_files() -> list[Path]:
+    return [p for root in TRAINER_CODE for p in sorted(root.rglob("*.py"))]
+
+
 def _trainer_sources() -> str:
-    root = Path(et.__file__).parent / "trainers"
-    return "\n".join(p.read_text() for p in sorted(root.rglob("*.py")))
+    return "\n".join(p.read_text() for p in _trainer_files())
 
 
 def _written_keys(src: str) -> set[str]:
@@ -357,10 +364,9 @@ def test_package_reads_only_keys_that_are_written():
     # The keys this file is about are among them (so a TRL rename of one of them fails above).
     assert {"old_per_token_logps", "advantages", "completion_mask", "tool_mask"} <= read
     # vLLM's log-probs are read in one place only: the rollout statistics when TRL computed no old log-probs.
-    readers = [p.name for p in sorted((Path(et.__file__).parent / "trainers").rglob("*.py"))
-               if "sampling_per_token_logps" in p.read_text()]
+    readers = [p.name for p in _trainer_files() if "sampling_per_token_logps" in p.read_text()]
     assert readers == ["vllm_support.py"]
-    support = (Path(et.__file__).parent / "trainers" / "boundary" / "vllm_support.py").read_text()
+    support = (Path(et.__file__).parent / "boundary" / "vllm_support.py").read_text()
     assert support.count('"sampling_per_token_logps"') == 1 and 'output.get("sampling_per_token_logps")' in support
 
 

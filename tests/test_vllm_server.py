@@ -5,7 +5,7 @@ The server is started with exactly the command `scripts/launch_vllm_server_mode.
 mode) on a free localhost port, waited for on `/health` (bounded), and stopped (its whole process group) at the end; the
 port is then closed. TRL 1.16's NCCL weight transfer needs CUDA, so on a CPU the trainer writes its weights to a folder
 and the server reloads them (`reload_weights` through the development endpoint `/collective_rpc`,
-`trainers/boundary/vllm_support.py`). `test_launcher_trains_on_cpu` runs the whole launcher: server, health, training,
+`boundary/vllm_support.py`). `test_launcher_trains_on_cpu` runs the whole launcher: server, health, training,
 stop.
 """
 

@@ -19,7 +19,7 @@ TOY_MODEL = "toy"
 def check_model_and_engine(model: str, training_args) -> None:
     """Before the model loads: a model that exists, vLLM when asked for, and a push that can work at the end."""
     from ..eval.model_source import check_model_source
-    from ..trainers.boundary.vllm_support import vllm_installed
+    from ..boundary.vllm_support import vllm_installed
 
     check_model_source(model)
     if training_args.use_vllm and not vllm_installed():
@@ -107,7 +107,7 @@ def _train(trainer_cls, script_args, training_args, model_args) -> int:
     import torch
     from trl import get_peft_config
 
-    from ..trainers.boundary.deepspeed_import import import_deepspeed_only_when_used
+    from ..boundary.deepspeed_import import import_deepspeed_only_when_used
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
     from ..rewards import naming_errors

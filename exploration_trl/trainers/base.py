@@ -8,10 +8,10 @@ not act stops training (`HookDidNotRunError`). The concerns are components the t
 `dynamic_sampling`, `metrics`, `resume`, `heldout`; the boundary's `lm_head` and `vllm`) or callbacks (`callbacks/`:
 divergence, entropy band, correctness guard).
 
-**The TRL adapter** is the boundary's (`boundary/trl_adapter.py`, this class's base): the overrides of TRL's
-methods, which call this class's steps below in TRL's order, and the accessors through which the components read
-TRL's private state. This module overrides no method of TRL's and reads none of its private attributes
-(`tests/test_architecture.py`). docs/internals.md has the picture.
+**The TRL adapter** is the boundary's (`exploration_trl/boundary/trl_adapter.py`, this class's base): the overrides
+of TRL's methods, which call this class's steps below in TRL's order (and its `write_card` for TRL's model card), and
+the accessors through which the components read TRL's private state. This module overrides no method of TRL's and
+reads none of its private attributes (`tests/test_architecture.py`). docs/internals.md has the picture.
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import warnings
 
 import torch
 
+from ..boundary.capture import LMHead, _Capture
+from ..boundary.loss_terms import loss_mask
+from ..boundary.trl_adapter import TRLAdapter
+from ..boundary.vllm_support import VLLMSupport
 from ..methods import register_method
 from ..rewards._base import is_correct
-from .boundary.capture import LMHead, _Capture
-from .boundary.loss_terms import loss_mask
-from .boundary.trl_adapter import TRLAdapter
-from .boundary.vllm_support import VLLMSupport
 from .callbacks.correctness_guard import CorrectnessGuard
 from .callbacks.divergence import DivergenceCallback
 from .components.dynamic_sampling import DynamicSampling
@@ -234,4 +234,13 @@ class ExplorationGRPOTrainer(TRLAdapter):
     def close_vllm(self):
         """Shut the colocated vLLM engine down before any other teardown (`VLLMSupport.close`)."""
         self.vllm.close()
+
+    # ------------------------------------------------------------------ the model card
+    def write_card(self, output_dir=None, dataset=None):
+        """Write the package's card into `output_dir` (default `args.output_dir`; `hub.trainer_card`). TRL's
+        `create_model_card`, which `push_to_hub()`, checkpoints and `save_model()` call, writes this one instead
+        (the adapter's override)."""
+        from ..hub.trainer_card import write_trainer_card
+
+        return write_trainer_card(self, output_dir=output_dir, dataset=dataset)
 

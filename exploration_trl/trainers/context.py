@@ -132,7 +132,7 @@ class MethodContext:
     def user_prompt_mask(self, output: dict[str, Any]) -> tuple[torch.Tensor, int]:
         """The mask of the last user message's tokens in the rollout's `prompt_ids` (`output`), rendered with the
         trainer's chat template, and how many prompts fell back to all their tokens."""
-        from .boundary.prompt_tokens import user_token_mask
+        from ..boundary.prompt_tokens import user_token_mask
 
         t = self._trainer
         prompts = [x["prompt"] for x in t.rollout.inputs]

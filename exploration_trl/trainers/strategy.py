@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from .boundary.capture import _Capture
+    from ..boundary.capture import _Capture
     from .context import MethodContext
     from .components.window_warning import WindowWarning
     from .components.rollout import RolloutBatch

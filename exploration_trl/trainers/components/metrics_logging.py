@@ -17,7 +17,7 @@ from ...ops.hashing import mix64
 from ...ops.lm_head import metric_chunk_rows, token_statistics
 from ...rewards._base import is_correct
 from .collectives import gather_rows
-from ..boundary.capture import _Capture
+from ...boundary.capture import _Capture
 from .metric_queue import MetricQueue
 from .window_warning import WindowWarning
 from .rollout import RolloutBatch

@@ -11,8 +11,8 @@ import torch
 from ...errors import HookDidNotRunError, NoRewardError
 from ...ops.lm_head import token_statistics
 from .collectives import gather_rows
-from ..boundary.generation_logps import GenerationLogps, padded
-from ..boundary.capture import _Capture
+from ...boundary.generation_logps import GenerationLogps, padded
+from ...boundary.capture import _Capture
 from .window_warning import WindowWarning
 
 #: TRL's multimodal inputs, passed on to its forward passes when present.

@@ -12,7 +12,7 @@ from ...core._utils import broadcast_advantages
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ...ops.lm_head import candidate_logps, token_statistics
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
-from ..boundary.capture import _Capture
+from ...boundary.capture import _Capture
 from ..strategy import LossStrategy
 
 

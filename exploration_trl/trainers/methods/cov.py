@@ -12,7 +12,7 @@ from ...core._utils import broadcast_advantages
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ...ops.hashing import ID_BITS, stream, unique_keys
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
-from ..boundary.capture import _Capture
+from ...boundary.capture import _Capture
 from .cov_global import GlobalCovSelection, check_cov_selection
 from ..components.window_warning import WindowWarning
 from ..strategy import LossStrategy

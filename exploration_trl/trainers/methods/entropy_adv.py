@@ -11,7 +11,7 @@ from ...core import bonuses as core_bonus
 from ...core._utils import as_valid, broadcast_advantages, masked_sum
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, check_non_negative
-from ..boundary.capture import _Capture
+from ...boundary.capture import _Capture
 from ..components.window_warning import WindowWarning
 from ..strategy import LossStrategy
 

@@ -119,7 +119,7 @@ class TRLAdapter(GRPOTrainer):
     @trl_until_assembled
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Relies on TRL 1.16's `_calculate_rewards` returning every process's rewards (gathered), once per batch.
-        from ...rewards import pop_outcomes
+        from ..rewards import pop_outcomes
 
         replay = self._ds_replay
         if replay is not None:
@@ -258,12 +258,11 @@ class TRLAdapter(GRPOTrainer):
 
     @trl_until_assembled
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        """The package's card instead of TRL's (`push_to_hub()` and every checkpoint call this; `hub.trainer_card`)."""
+        """The package's card instead of TRL's (`push_to_hub()` and every checkpoint call this): the trainer's
+        `write_card` (`ExplorationGRPOTrainer`, which writes `hub.trainer_card`'s)."""
         if not self.is_world_process_zero():
             return
-        from ...hub.trainer_card import write_trainer_card
-
-        write_trainer_card(self, output_dir=kwargs.get("output_dir"), dataset=dataset_name)
+        self.write_card(output_dir=kwargs.get("output_dir"), dataset=dataset_name)
 
     @trl_until_assembled
     def save_model(self, output_dir=None, _internal_call=False):

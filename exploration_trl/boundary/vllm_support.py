@@ -45,8 +45,8 @@ from functools import cache
 
 import torch
 
-from ...vllm_engine import cpu_head_size_problem, shutdown_llm, vllm_runs_on_cpu
 from .capture import _Capture
+from .vllm_engine import cpu_head_size_problem, shutdown_llm, vllm_runs_on_cpu
 
 #: `generation_kwargs` keys whose presence does not change vLLM's log-probs (all others may).
 _NEUTRAL_GENERATION_KWARGS = frozenset({"seed", "max_tokens", "stop", "stop_token_ids", "ignore_eos",
