@@ -110,6 +110,11 @@ def test_only_the_boundary_reads_trls_private_attributes():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and node.attr in private:
                 reads.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{node.attr}")
+            # By name too: getattr(trainer, "_metrics"), hasattr, setattr.
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in private):
+                reads.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.func.id} {node.args[1].value}")
     assert reads == []
 
 

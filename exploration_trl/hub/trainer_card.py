@@ -46,7 +46,8 @@ def trainer_outcome(trainer: Any, weights_changed: bool | None = None) -> dict:
     logged `frac_reward_zero_std` plus the steps not logged yet (TRL keeps them until the next logging step); the
     third is the divergence check's sentence (`trainers/callbacks/divergence.py`) or None."""
     logged = [e["frac_reward_zero_std"] for e in trainer.state.log_history if "frac_reward_zero_std" in e]
-    pending = list((getattr(trainer, "_metrics", None) or {}).get("train", {}).get("frac_reward_zero_std", []))
+    window = trainer.metrics_window("train") if hasattr(trainer, "metrics_window") else {}  # TRL's, via the boundary
+    pending = list(window.get("frac_reward_zero_std", []))
     return {"weights_changed": weights_changed, "reward_never_varied": reward_never_varied(logged + pending),
             "diverged": getattr(trainer, "divergence", None)}
 
