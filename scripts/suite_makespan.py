@@ -2,7 +2,6 @@
 
     python -m pytest -q -n 2 --dist loadfile --durations=0 > durations.txt
     python scripts/suite_makespan.py durations.txt            # per-file costs, then the simulated makespans
-    python scripts/suite_makespan.py durations.txt --costs    # the cost table to paste into tests/conftest.py
 
 The per-test times (setup + call + teardown; a module fixture is charged to the first test that uses it) are summed
 per file, and xdist's LoadFileScheduling is replayed: the files form a queue; each worker starts with one file and
@@ -10,7 +9,8 @@ takes the next one whenever it has at most 2 tests left to run (xdist's low-wate
 while another is about to be free. The queue is simulated in three orders:
 - `xdist default`: files sorted by number of tests, largest first (xdist's `--loadscope-reorder`, on by default);
 - `collection`: the files in collection order (`--no-loadscope-reorder`, the tests' own order);
-- `cost`: the order tests/conftest.py imposes (FILE_COST, longest first; unknown files after them).
+- `longest first`: the files by their measured cost (what a conftest hook could impose; on 2026-11-28's idle-core
+  run it gained 2 s of 526, so the suite keeps xdist's default).
 The within-file test order and the file list come from `pytest --collect-only -q` (run here unless --collect names
 a saved output). Worker start-up and collection are not in the durations; the estimate leaves them out.
 """
@@ -86,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collect", type=Path, help="saved `pytest --collect-only -q` output (default: run it)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--top", type=int, default=15, help="files to list (default 15)")
-    p.add_argument("--costs", action="store_true", help="print the FILE_COST table for tests/conftest.py")
-    p.add_argument("--min-cost", type=float, default=15.0, help="files cheaper than this stay out of --costs")
     a = p.parse_args(argv)
 
     durations = read_durations(a.durations)
@@ -102,14 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     cost = {f: sum(d) for f, d in tests.items()}
     total = sum(cost.values())
 
-    if a.costs:
-        print("FILE_COST = {  # seconds: one file's tests on one worker (scripts/suite_makespan.py --costs)")
-        for f, c in sorted(cost.items(), key=lambda kv: -kv[1]):
-            if c >= a.min_cost:
-                print(f'    "{f.removeprefix("tests/")}": {round(c)},')
-        print("}")
-        return 0
-
     print(f"{len(order)} tests in {len(tests)} files, {total:.0f} s of test time "
           f"(lower bound on {a.workers} workers: {max(total / a.workers, max(cost.values())):.0f} s)")
     for f, c in sorted(cost.items(), key=lambda kv: -kv[1])[:a.top]:
@@ -117,11 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
     files = list(tests)  # collection order
     xdist_default = sorted(files, key=lambda f: -len(tests[f]))  # stable, as xdist's sorted()
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import file_rank  # the order tests/conftest.py imposes
-
-    by_cost = sorted(files, key=lambda f: file_rank(f))
-    for name, queue in (("xdist default", xdist_default), ("collection", files), ("cost", by_cost)):
+    by_cost = sorted(files, key=lambda f: -cost[f])
+    for name, queue in (("xdist default", xdist_default), ("collection", files), ("longest first", by_cost)):
         span, taken = simulate(queue, tests, a.workers)
         print(f"{name:>14}: makespan {span:6.0f} s  (" + ", ".join(
             f"worker {w}: {sum(cost[f] for f in t):.0f} s, last {Path(t[-1]).name if t else '-'}"
