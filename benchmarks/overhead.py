@@ -23,6 +23,8 @@ disturbance. Writes `benchmarks/overhead.json`.
     python benchmarks/overhead.py --scaling --resume    # run what benchmarks/scaling.json lacks (it is saved
                                                         # after every trial; progress on stderr)
     python benchmarks/overhead.py --summarize benchmarks/scaling.json   # re-summarise a saved run
+    python benchmarks/overhead.py --merge a.json b.json --markdown      # pool runs made side by side into
+                                                        # benchmarks/scaling.json; print docs/overhead.md's tables
     python benchmarks/overhead.py --device cuda         # one GPU, Qwen2.5-0.5B at random weights, TRL and every
                                                         # registered method (overhead_device.py)
     python benchmarks/overhead.py --device cuda --large # 2,048 tokens at 151,936 vocabulary, TRL and a few methods
@@ -79,11 +81,13 @@ def scaling_grid() -> list[dict]:
 
 def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_generations: int, out: str,
               threads: int, metrics: bool, steps_per_generation: int, logging_steps: int = 1,
-              batch: int | None = None) -> dict:
+              batch: int | None = None, count_work: bool = False) -> dict:
     """One training run in this process; returns its mean step wall and CPU time and its peak RSS growth.
 
     `batch` (default `num_generations`) is the per-device batch; a smaller one splits each rollout into
-    `num_generations / batch` accumulated micro-batches (still one optimizer step per rollout)."""
+    `num_generations / batch` accumulated micro-batches (still one optimizer step per rollout). `count_work`
+    returns instead what the first optimizer step asked of torch (`WorkCounter`): its rollout is the same for
+    TRL and every method (same weights, seed and full-length completions), so the counts compare exactly."""
     import psutil
     import torch
     from datasets import Dataset
@@ -127,11 +131,17 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
         """Wall and CPU seconds of this process per optimizer step (CPU time is far less sensitive to other jobs)."""
 
         def on_step_begin(self, args, state, control, **kwargs):
+            if counter is not None and state.global_step == 0:
+                counter.__enter__()
             self.started = time.process_time(), time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             cpu_times.append(time.process_time() - self.started[0])
             wall_times.append(time.perf_counter() - self.started[1])
+            if counter is not None and state.global_step == 1:
+                counter.__exit__(None, None, None)
+
+    counter = WorkCounter() if count_work else None
 
     trainer = trainer_cls(model=ckpt, reward_funcs=reward, args=args, train_dataset=dataset, callbacks=[CpuTime()])
     proc = psutil.Process()
@@ -158,10 +168,54 @@ def run_trial(method: str, ckpt: str, steps: int, completion_length: int, num_ge
     # between generating and reusing a rollout, and a median would pick one kind.
     # TRL logs `step_time` averaged over each logging window; with logging_steps > 1 the first window includes the
     # warm-up step, so the wall time is then taken from the callback's wall clock instead.
+    if counter is not None:
+        return counter.counts()
     step_times = wall_times[1:]
     return {"step_time": statistics.mean(step_times), "step_cpu": statistics.mean(cpu_times[1:]),
             "peak_rss_delta_mb": (peak[0] - before) / 2**20,
             "peak_alloc_delta_mb": (peak_alloc[0] - before_alloc) / 2**20 if allocated else None}
+
+
+class WorkCounter:
+    """What a stretch of training asks of torch, counted at the dispatcher (after autograd, so backward included):
+    matmul FLOPs (torch's own formulas, `torch.utils.flop_counter`), bytes of the tensors every op writes (views
+    and in-place results not counted again: a float64 copy, a `(B, T, V)` temporary or a second pass over the
+    vocabulary shows here) and the number of ops. Unlike seconds, these do not move with the machine's load: the
+    same step gives the same counts, so a ratio to TRL that grows with T, V or G is seen exactly."""
+
+    def __init__(self):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
+
+        self.flops = self.written = self.ops = 0
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                counter.ops += 1
+                formula = flop_registry.get(func._overloadpacket)
+                if formula is not None:
+                    counter.flops += formula(*args, **kwargs, out_val=out)
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                for tensor, returned in zip(outs, func._schema.returns):
+                    if isinstance(tensor, torch.Tensor) and returned.alias_info is None:
+                        counter.written += tensor.numel() * tensor.element_size()
+                return out
+
+        self._mode = Mode()
+
+    def __enter__(self):
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)
+
+    def counts(self) -> dict:
+        return {"flops": self.flops, "written_bytes": self.written, "ops": self.ops}
 
 
 def _malloc_in_use():
@@ -205,14 +259,14 @@ def _spread(values: list[float]) -> dict:
 
 
 def trial_command(method: str, ckpt: str, workload: dict, steps: int, threads: int, metrics: bool,
-                  steps_per_generation: int, logging_steps: int) -> list[str]:
+                  steps_per_generation: int, logging_steps: int, count_work: bool = False) -> list[str]:
     """The child process of one trial."""
     cmd = [sys.executable, __file__, "--trial", method, ckpt, "--steps", str(steps), "--threads", str(threads),
            "--completion-length", str(workload["completion_length"]),
            "--num-generations", str(workload["num_generations"]),
            "--batch", str(workload.get("batch", workload["num_generations"])),
            "--steps-per-generation", str(steps_per_generation), "--logging-steps", str(logging_steps)]
-    return cmd + ([] if metrics else ["--no-metrics"])
+    return cmd + ([] if metrics else ["--no-metrics"]) + (["--count-work"] if count_work else [])
 
 
 def toy_checkpoint(path: Path, workload: dict) -> str:
@@ -356,9 +410,24 @@ def check(runs: dict) -> list[str]:
     return misses
 
 
-def plot_scaling(runs: list[dict], path: Path):
+def _work_runs(work: dict) -> list[dict]:
+    """The `work` section as runs of ratios to TRL (`flops_ratio`, `written_ratio`), for the plot."""
+    runs = []
+    for cell in work.values():
+        ref = cell["methods"].get("trl")
+        if not ref:
+            continue
+        runs.append({"workload": cell["workload"], "work": True, "methods": {
+            m: {"flops_ratio": {"median": c["flops"] / ref["flops"]},
+                "written_ratio": {"median": c["written_bytes"] / ref["written_bytes"]}}
+            for m, c in cell["methods"].items()}})
+    return runs
+
+
+def plot_scaling(runs: list[dict], path: Path, work: dict | None = None):
     """One panel per axis (vocabulary, completion tokens, G), rows: CPU ×TRL at TRL's default logging, at
-    `logging_steps: 1`, and peak allocated memory ×TRL at TRL's default logging. Cells not measured are left out."""
+    `logging_steps: 1`, peak allocated memory ×TRL at TRL's default logging and, where `work` (the report's
+    `WorkCounter` section) has them, bytes written ×TRL at both. Cells not measured are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -369,18 +438,23 @@ def plot_scaling(runs: list[dict], path: Path):
             (1, "cpu_ratio", "best", "CPU ×TRL, logging_steps 1"),
             (TRL_LOGGING_STEPS, "alloc_ratio", "median", f"peak allocated ×TRL, logging_steps {TRL_LOGGING_STEPS}")]
     runs = [r for r in runs if r.get("methods")]
+    if work:
+        runs += _work_runs(work)
+        rows += [(logging, "written_ratio", "median", f"bytes written ×TRL (step 1), logging_steps {logging}")
+                 for logging in SCALING_LOGGING]
     methods = list(dict.fromkeys(m for r in runs for m in r["methods"] if m != "trl"))
     colors = {m: plt.cm.tab20(i % 20) for i, m in enumerate(methods)}
-    fig, axes = plt.subplots(len(rows), len(factors), figsize=(14, 10), sharey="row", squeeze=False)
+    fig, axes = plt.subplots(len(rows), len(factors), figsize=(14, 2 + 2.7 * len(rows)), sharey="row", squeeze=False)
     for j, (key, label) in enumerate(factors):
         for i, (logging, metric, stat, ylabel) in enumerate(rows):
             ax = axes[i][j]
             points = [r for r in runs if r["workload"].get("logging_steps", 1) == logging
+                      and r.get("work", False) == (metric == "written_ratio")
                       and all(r["workload"][k] == BASE[k] for k in BASE if k != key)]
             points.sort(key=lambda r: r["workload"][key])
             for m in methods:
                 # peak allocated where the trials have it, else peak RSS (runs before it was measured)
-                xy = [(r["workload"][key], r["methods"][m].get(metric, r["methods"][m]["memory_ratio"])[stat])
+                xy = [(r["workload"][key], (r["methods"][m].get(metric) or r["methods"][m]["memory_ratio"])[stat])
                       for r in points if m in r["methods"]]
                 if xy:
                     ax.plot(*zip(*xy, strict=True), marker="o", ms=3, lw=1, color=colors[m], label=m)
@@ -405,6 +479,182 @@ def plot_scaling(runs: list[dict], path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def measure_work(cells: list[dict], methods: list[str], metrics: bool, output: Path,
+                 deadline: float | None = None) -> dict:
+    """`WorkCounter` counts of the first optimizer step, one trial per method and cell, into `output`'s `work`
+    section (kept across runs: only what it lacks is measured). Counts do not depend on the machine's load, so
+    this can run beside other jobs, or beside a timing run on the other core."""
+    report = json.loads(output.read_text()) if output.exists() else {"runs": {}}
+    work = report.setdefault("work", {})
+    with tempfile.TemporaryDirectory() as tmp:
+        for cell in cells:
+            name = workload_name(cell)
+            workload = {k: v for k, v in cell.items() if k != "logging_steps"}
+            counts = work.setdefault(name, {"workload": cell, "methods": {}})["methods"]
+            ckpt = None
+            for m in methods:
+                if m in counts:
+                    continue
+                if deadline is not None and time.time() > deadline:
+                    print(f"[{name}] deadline reached: work of {m} not counted", file=sys.stderr, flush=True)
+                    return report
+                ckpt = ckpt or toy_checkpoint(Path(tmp) / name, workload)
+                cmd = trial_command(m, ckpt, workload, 1, 1, metrics, 1, cell["logging_steps"], count_work=True)
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+                if line is None:
+                    print(f"[{name}] work of {m} failed:\n{proc.stderr[-3000:]}", file=sys.stderr, flush=True)
+                    continue
+                counts[m] = json.loads(line[7:])
+                ref = counts.get("trl")
+                ratio = (f" (x TRL: FLOPs {counts[m]['flops'] / ref['flops']:.4f}, written "
+                         f"{counts[m]['written_bytes'] / ref['written_bytes']:.4f})" if ref else "")
+                print(f"[{name}] work {m:15s} {counts[m]['flops'] / 1e9:.2f} GFLOP, "
+                      f"{counts[m]['written_bytes'] / 2**20:.0f} MB written, {counts[m]['ops']} ops{ratio}",
+                      file=sys.stderr, flush=True)
+                tmp_out = output.with_suffix(".json.tmp")
+                tmp_out.write_text(json.dumps(report, indent=2))
+                tmp_out.replace(output)
+    return report
+
+
+#: The goal of issue 56 at the largest workloads, TRL's default logging: CPU time within these multiples of TRL's
+#: (CaSP's forking-token pass is real extra LM-head work, hence its own), peak allocated memory within 1.02×.
+SCALING_CPU_TARGETS = {"casp": 1.10}
+SCALING_CPU_TARGET = 1.05
+SCALING_MEMORY_TARGET = 1.02
+
+
+def merge_reports(reports: list[dict]) -> dict:
+    """One `--scaling` report from several (cells measured side by side, one core each, into their own files):
+    the trials of a cell that appears in more than one are pooled method by method, then every cell is
+    re-summarised and `not_measured` dropped (the merged file's `--resume` recomputes it)."""
+    merged = {"runs": {}, "loads": []}
+    for report in reports:
+        merged["loads"] += report.get("loads", [])
+        for name, run in report["runs"].items():
+            cell = merged["runs"].setdefault(name, {"workload": run["workload"], "raw": {}})
+            for method, trials in run["raw"].items():
+                cell["raw"].setdefault(method, []).extend(trials)
+            if run.get("failed"):
+                cell.setdefault("failed", {}).update(run["failed"])
+        for name, cell in report.get("work", {}).items():
+            into = merged.setdefault("work", {}).setdefault(name, {"workload": cell["workload"], "methods": {}})
+            into["methods"].update(cell["methods"])
+    for name, cell in merged["runs"].items():
+        summary = summarize(cell["workload"], cell["raw"])
+        if cell.get("failed"):
+            summary["failed"] = cell["failed"]
+        merged["runs"][name] = summary
+    merged["machine"] = reports[-1].get("machine", "") if reports else ""
+    return merged
+
+
+def _grid_order(names) -> list[str]:
+    order = [workload_name(c) for c in scaling_grid()]
+    return sorted(names, key=lambda n: order.index(n) if n in order else len(order))
+
+
+def _describe(workload: dict) -> str:
+    text = (f"vocabulary {workload['vocab_size']:,}, {workload['completion_length']:,} tokens, "
+            f"G {workload['num_generations']}")
+    if workload.get("batch", workload["num_generations"]) != workload["num_generations"]:
+        text += f", per-device batch {workload['batch']}"
+    return text + f", logging_steps {workload['logging_steps']}"
+
+
+def cell_markdown(name: str, run: dict) -> str:
+    """One cell as a markdown table: per method its trials, best CPU seconds per timed step, the best-of ratio and the
+    round-by-round range, and the median peak-allocated and peak-RSS ratios."""
+    workload, methods = run["workload"], run.get("methods", {})
+    if not methods:
+        return f"**{name}** ({_describe(workload)}): nothing measured.\n"
+    loads = [t["load"] for trials in run["raw"].values() for t in trials if "load" in t]
+    trl = methods["trl"]
+    head = (f"**{name}** ({_describe(workload)}; {workload['timed_steps']} timed step(s) per trial; "
+            f"1-minute load average {min(loads):.1f}–{max(loads):.1f} on 2 cores during the trials). "
+            f"TRL: {trl['step_cpu_s']['min']:.2f} CPU s per step (its trials ±{run['cpu_noise'] * 100:.1f}%), "
+            f"peak allocated +{trl.get('peak_alloc_delta_mb', {}).get('median', float('nan')):.0f} MB.\n\n")
+    rows = ["| method | trials | CPU s / step | CPU ×TRL (best) | rounds | peak allocated ×TRL | peak RSS ×TRL |",
+            "|---|---|---|---|---|---|---|"]
+    for m, row in methods.items():
+        if m == "trl":
+            continue
+        cr = row["cpu_ratio"]
+        alloc = row.get("alloc_ratio", {}).get("median")
+        rows.append(f"| {m} | {row['rounds']} | {row['step_cpu_s']['min']:.2f} | {cr['best']:.3f} | "
+                    f"{cr['min']:.2f}–{cr['max']:.2f} | {'' if alloc is None else f'{alloc:.4f}'} | "
+                    f"{row['memory_ratio']['median']:.3f} |")
+    missing = [m for m, trials in run["raw"].items() if not trials]
+    tail = f"\nNot measured in this cell: {', '.join(missing)}.\n" if missing else ""
+    return head + "\n".join(rows) + "\n" + tail
+
+
+def goal_markdown(report: dict) -> str:
+    """Every method against the goal at the largest cells measured at TRL's default logging (one column per
+    axis), and what `logging_steps: 1` adds there: `ratio ✓` within the target, `ratio ✗` over it."""
+    runs = report["runs"]
+    largest = [workload_name({**w, "logging_steps": TRL_LOGGING_STEPS}) for w in SCALING_WORKLOADS[:3]]
+    largest = [n for n in largest if runs.get(n, {}).get("methods")]
+    methods = list(dict.fromkeys(m for n in largest for m in runs[n]["methods"] if m != "trl"))
+    head = "| method | " + " | ".join(f"{n} CPU / alloc ×TRL" for n in largest) + " | logging_steps 1: CPU ×TRL |"
+    lines = [head, "|---" * (len(largest) + 2) + "|"]
+    for m in methods:
+        target = SCALING_CPU_TARGETS.get(m, SCALING_CPU_TARGET)
+        cells = []
+        for n in largest:
+            row = runs[n]["methods"].get(m)
+            if row is None:
+                cells.append("not measured")
+                continue
+            cpu, alloc = row["cpu_ratio"]["best"], row.get("alloc_ratio", {}).get("median")
+            ok = cpu <= target and (alloc is None or alloc <= SCALING_MEMORY_TARGET)
+            cells.append(f"{cpu:.3f} / {'' if alloc is None else f'{alloc:.3f}'} {'✓' if ok else '✗'}")
+        log1 = []
+        for n in largest:
+            row = runs.get(n.replace(f"_log{TRL_LOGGING_STEPS}", "_log1"), {}).get("methods", {}).get(m)
+            log1.append(f"{row['cpu_ratio']['best']:.2f}" if row else "–")
+        lines.append(f"| {m} ({target:.2f}×) | " + " | ".join(cells) + " | " + " / ".join(log1) + " |")
+    return "\n".join(lines) + "\n"
+
+
+#: The work tables' columns: each axis from the base workload outwards.
+WORK_COLUMNS = [dict(BASE), {**BASE, "completion_length": 512}, SCALING_WORKLOADS[0], SCALING_WORKLOADS[1],
+                SCALING_WORKLOADS[2]]
+
+
+def work_markdown(report: dict, logging_steps: int) -> str:
+    """Per method, its first step's matmul FLOPs and bytes written ×TRL's (`WorkCounter`) in each workload at
+    `logging_steps`: a column per workload, base first, then each axis at its largest."""
+    work = report.get("work", {})
+    names = [workload_name({**w, "logging_steps": logging_steps}) for w in WORK_COLUMNS]
+    names = [n for n in names if work.get(n, {}).get("methods", {}).get("trl")]
+    if not names:
+        return ""
+    methods = list(dict.fromkeys(m for n in names for m in work[n]["methods"] if m != "trl"))
+    lines = ["| method | " + " | ".join(n.rsplit("_log", 1)[0] for n in names) + " |", "|---" * (len(names) + 1) + "|"]
+    for m in methods:
+        cells = []
+        for n in names:
+            counts, ref = work[n]["methods"].get(m), work[n]["methods"]["trl"]
+            cells.append("–" if counts is None else f"{counts['flops'] / ref['flops']:.3f} / "
+                                                   f"{counts['written_bytes'] / ref['written_bytes']:.3f}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def scaling_markdown(report: dict) -> str:
+    """The docs' tables (docs/overhead.md) from a saved `--scaling` report: the goal table, the work tables (matmul
+    FLOPs / bytes written ×TRL at logging 10, then 1), then every cell."""
+    parts = [goal_markdown(report)]
+    for logging in SCALING_LOGGING:
+        table = work_markdown(report, logging)
+        if table:
+            parts.append(f"Work ×TRL (FLOPs / bytes written), logging_steps {logging}:\n\n{table}")
+    parts += [cell_markdown(name, report["runs"][name]) for name in _grid_order(report["runs"])]
+    return "\n".join(parts)
 
 
 def run_scaling(methods: list[str], rounds: int, steps: int | None, threads: int, metrics: bool, output: Path,
@@ -481,6 +731,15 @@ def main():
                         help="seconds since the epoch after which no trial (device mode: no method) is started")
     parser.add_argument("--summarize", metavar="JSON", default=None,
                         help="recompute the tables (and a scaling plot) from a saved run's raw trials, in place")
+    parser.add_argument("--work", action="store_true",
+                        help="--scaling: count each method's FLOPs and bytes written on the first step (WorkCounter; "
+                             "exact, independent of load) instead of timing it; kept in the output's `work` section")
+    parser.add_argument("--count-work", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--markdown", action="store_true",
+                        help="--summarize / --merge of a --scaling run: also print docs/overhead.md's tables")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", default=None,
+                        help="--scaling runs measured side by side (e.g. two cells at a time, one core each): pool "
+                             "their trials into --output (default benchmarks/scaling.json) and plot it")
     # A single trial, run in a child process.
     parser.add_argument("--trial", nargs=2, metavar=("METHOD", "CKPT"), help=argparse.SUPPRESS)
     parser.add_argument("--completion-length", type=int, default=BASE["completion_length"], help=argparse.SUPPRESS)
@@ -506,21 +765,31 @@ def main():
         with tempfile.TemporaryDirectory() as out:
             result = run_trial(args.trial[0], args.trial[1], args.steps, args.completion_length, args.num_generations,
                                out, args.threads, not args.no_metrics, args.steps_per_generation, args.logging_steps,
-                               args.batch)
+                               args.batch, count_work=args.count_work)
         print("RESULT " + json.dumps(result))
         return 0
 
     here = Path(__file__).parent
+    if args.merge:
+        output = Path(args.output or here / "scaling.json")
+        report = merge_reports([json.loads(Path(p).read_text()) for p in args.merge])
+        output.write_text(json.dumps(report, indent=2))
+        plot_scaling(list(report["runs"].values()), output.with_suffix(".png"), report.get("work"))
+        print(scaling_markdown(report) if args.markdown else f"wrote {output} and {output.with_suffix('.png')}")
+        return 0
     if args.summarize:
         path = Path(args.summarize)
         report = json.loads(path.read_text())
         report["runs"] = {name: summarize(run["workload"], run["raw"]) for name, run in report["runs"].items()}
         for name, run in report["runs"].items():
             print_table(run, name)
-        if set(report["runs"]) - {"on_policy", "off_policy"}:  # a --scaling run
-            plot_scaling(list(report["runs"].values()), path.with_suffix(".png"))
+        scaling = bool(set(report["runs"]) - {"on_policy", "off_policy"})
+        if scaling:
+            plot_scaling(list(report["runs"].values()), path.with_suffix(".png"), report.get("work"))
         path.write_text(json.dumps(report, indent=2))
         print(f"rewrote {path}")
+        if scaling and args.markdown:
+            print(scaling_markdown(report))
         return 0
     if args.scaling:
         cells = scaling_grid()
@@ -535,11 +804,16 @@ def main():
     if "trl" not in methods:
         methods = ["trl", *methods]
     metrics = not args.no_metrics
+    if args.scaling and args.work:
+        output = Path(args.output or here / "scaling.json")
+        report = measure_work(cells, methods, metrics, output, deadline=args.deadline)
+        print(f"wrote {output}")
+        return 0
     if args.scaling:
         output = Path(args.output or here / "scaling.json")
         report = run_scaling(methods, args.rounds, args.steps, args.threads, metrics, output, cells,
                              deadline=args.deadline, resume=args.resume)
-        plot_scaling(list(report["runs"].values()), output.with_suffix(".png"))
+        plot_scaling(list(report["runs"].values()), output.with_suffix(".png"), report.get("work"))
         print(f"wrote {output} and {output.with_suffix('.png')}\n{machine_load()} (at the end)")
         if report["not_measured"]:
             print("not measured (all rounds): " + ", ".join(report["not_measured"]))
