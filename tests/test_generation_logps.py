@@ -74,3 +74,20 @@ def test_mismatched_lengths_fall_back_to_the_pass(ckpt, tmp_path):
     trainer.rollout.generation_logps = [torch.full((5,), -1.0)] * 4
     capture = trainer._capture_from_generation(out)
     assert isinstance(capture, _Capture) and capture.logps.shape == (4, 5) and capture.hidden is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_scaled_logits_are_the_plain_expressions_bits_and_leave_the_logits_alone(dtype, temperature):
+    from exploration_trl.boundary.generation_logps import GenerationLogps
+
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 5, 1000) * 4).to(dtype)
+    before = logits.clone()
+    last = logits[:, -1]
+    scaled = GenerationLogps(temperature)._scaled(last)
+    assert scaled.dtype == torch.float32
+    assert torch.equal(scaled, last.float() / temperature)
+    assert torch.equal(logits, before)  # float32 logits are never divided in place
+    # at temperature 1 a float32 row is used as it is: no (B, V) write at all
+    assert (scaled.data_ptr() == last.data_ptr()) == (temperature == 1.0 and dtype == torch.float32)
