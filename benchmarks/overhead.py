@@ -269,6 +269,13 @@ def trial_command(method: str, ckpt: str, workload: dict, steps: int, threads: i
     return cmd + ([] if metrics else ["--no-metrics"]) + (["--count-work"] if count_work else [])
 
 
+def child_result(cmd: list[str]) -> tuple[dict | None, str]:
+    """Run one trial's child process: its `RESULT` line as a dict, or None and the end of its stderr."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    return (None, proc.stderr[-3000:]) if line is None else (json.loads(line[7:]), "")
+
+
 def toy_checkpoint(path: Path, workload: dict) -> str:
     """The toy of `workload`'s vocabulary, with room for its prompt and completion positions."""
     from exploration_trl.toy import make_toy_checkpoint
@@ -304,13 +311,12 @@ def measure(workload: dict, methods: list[str], rounds: int, steps: int, threads
                 ckpt = ckpt or toy_checkpoint(Path(tmp) / "ckpt", workload)
                 cmd = trial_command(m, ckpt, workload, steps, threads, metrics, steps_per_generation, logging_steps)
                 started = time.perf_counter()
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-                if line is None:
-                    failed[m] = proc.stderr[-3000:]
+                result, error = child_result(cmd)
+                if result is None:
+                    failed[m] = error
                     print(f"[{label}] trial {m} failed:\n{failed[m]}", file=sys.stderr, flush=True)
                     continue
-                results[m].append({**json.loads(line[7:]), "load": os.getloadavg()[0]})
+                results[m].append({**result, "load": os.getloadavg()[0]})
                 print(f"[{label}] round {r + 1}/{rounds} {m:15s} CPU {results[m][-1]['step_cpu']:.3f} s, "
                       f"wall {results[m][-1]['step_time']:.3f} s, peak +{results[m][-1]['peak_rss_delta_mb']:.0f} MB "
                       f"({time.perf_counter() - started:.0f} s, {machine_load()})", file=sys.stderr, flush=True)
@@ -502,12 +508,11 @@ def measure_work(cells: list[dict], methods: list[str], metrics: bool, output: P
                     return report
                 ckpt = ckpt or toy_checkpoint(Path(tmp) / name, workload)
                 cmd = trial_command(m, ckpt, workload, 1, 1, metrics, 1, cell["logging_steps"], count_work=True)
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-                if line is None:
-                    print(f"[{name}] work of {m} failed:\n{proc.stderr[-3000:]}", file=sys.stderr, flush=True)
+                result, error = child_result(cmd)
+                if result is None:
+                    print(f"[{name}] work of {m} failed:\n{error}", file=sys.stderr, flush=True)
                     continue
-                counts[m] = json.loads(line[7:])
+                counts[m] = result
                 ref = counts.get("trl")
                 ratio = (f" (x TRL: FLOPs {counts[m]['flops'] / ref['flops']:.4f}, written "
                          f"{counts[m]['written_bytes'] / ref['written_bytes']:.4f})" if ref else "")
