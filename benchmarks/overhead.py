@@ -258,6 +258,19 @@ def _spread(values: list[float]) -> dict:
     return {"min": round(min(values), 4), "median": round(statistics.median(values), 4), "max": round(max(values), 4)}
 
 
+def select_cells(cells: list[dict], spec: str) -> list[dict]:
+    """The cells `--workloads` names, in run order: an item that is a cell's full name selects that cell only (so
+    `..._log1` does not also select `..._log10`), any other item every cell whose name contains it."""
+    names = [workload_name(c) for c in cells]
+    chosen = set()
+    for item in filter(None, (w.strip() for w in spec.split(","))):
+        matches = [n for n in names if n == item] or [n for n in names if item in n]
+        if not matches:
+            raise SystemExit(f"--workloads: {item!r} names no cell; the cells are {', '.join(names)}")
+        chosen.update(matches)
+    return [c for c, n in zip(cells, names) if n in chosen]
+
+
 def trial_command(method: str, ckpt: str, workload: dict, steps: int, threads: int, metrics: bool,
                   steps_per_generation: int, logging_steps: int, count_work: bool = False) -> list[str]:
     """The child process of one trial."""
@@ -719,7 +732,8 @@ def main():
                         help="vary length 64-2,048, vocabulary 32k/152k and G 8/16, at TRL's default logging and at 1 "
                              "(saves the JSON after every trial; writes a plot)")
     parser.add_argument("--workloads", default=None,
-                        help="--scaling: comma list of cell names (e.g. V151936_T64_G8_log10) or substrings; default all")
+                        help="--scaling: comma list of cell names (e.g. V151936_T64_G8_log1: that cell only) or parts of names "
+                             "(T2048: every cell containing it); default all")
     parser.add_argument("--resume", action="store_true",
                         help="--scaling: keep the trials already in the output JSON and run only the missing ones")
     parser.add_argument("--list-cells", action="store_true", help="--scaling: print the cells in run order and exit")
@@ -799,8 +813,7 @@ def main():
     if args.scaling:
         cells = scaling_grid()
         if args.workloads:
-            wanted = args.workloads.split(",")
-            cells = [c for c in cells if any(w in workload_name(c) for w in wanted)]
+            cells = select_cells(cells, args.workloads)
         if args.list_cells:
             print("\n".join(workload_name(c) for c in cells))
             return 0

@@ -131,6 +131,18 @@ def test_list_cells_and_filter_from_the_command_line():
     assert proc.stdout.split() == ["V32768_T2048_G8_b2_log10", "V32768_T2048_G8_b2_log1", "V151936_T64_G8_log10"]
 
 
+def test_a_full_cell_name_selects_that_cell_only(overhead):
+    """`..._log1` is part of `..._log10`'s name: given in full it selects the logging-1 cell alone."""
+    grid = overhead.scaling_grid()
+    names = lambda spec: [overhead.workload_name(c) for c in overhead.select_cells(grid, spec)]  # noqa: E731
+    assert names("V32768_T64_G16_log1") == ["V32768_T64_G16_log1"]
+    assert names("V32768_T64_G16_log1,V32768_T512") == ["V32768_T64_G16_log1", "V32768_T512_G8_log10",
+                                                         "V32768_T512_G8_log1"]
+    assert names("G16") == ["V32768_T64_G16_log10", "V32768_T64_G16_log1"]
+    with pytest.raises(SystemExit, match="--workloads: 'T4096' names no cell; the cells are V32768_T2048_G8_b2_log10, "):
+        overhead.select_cells(grid, "T4096")
+
+
 def test_runs_made_side_by_side_merge_into_one_report_with_the_docs_tables(overhead, monkeypatch, tmp_path):
     """Two cells at a time, one core each, into their own files; `merge_reports` pools them (a cell in both has its
     trials pooled per method) and `scaling_markdown` renders the goal table and one table per cell."""
