@@ -548,7 +548,8 @@ SCALING_MEMORY_TARGET = 1.02
 def merge_reports(reports: list[dict]) -> dict:
     """One `--scaling` report from several (cells measured side by side, one core each, into their own files):
     the trials of a cell that appears in more than one are pooled method by method, then every cell is
-    re-summarised and `not_measured` dropped (the merged file's `--resume` recomputes it)."""
+    re-summarised and `not_measured` dropped (the merged file's `--resume` recomputes it). Pool only runs made at
+    the same time: a cell's "best" is each method's fastest trial, so the faster session's trials always win."""
     merged = {"runs": {}, "loads": []}
     for report in reports:
         merged["loads"] += report.get("loads", [])
@@ -758,7 +759,9 @@ def main():
                         help="--summarize / --merge of a --scaling run: also print docs/overhead.md's tables")
     parser.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                         help="--scaling runs measured side by side (e.g. two cells at a time, one core each): pool "
-                             "their trials into --output (default benchmarks/scaling.json) and plot it")
+                             "their trials into --output (default benchmarks/scaling.json) and plot it. Only runs of "
+                             "the same hours: best-of takes each method's fastest trial, so a cell re-timed later, on "
+                             "a host of another speed, belongs in a file of its own")
     # A single trial, run in a child process.
     parser.add_argument("--trial", nargs=2, metavar=("METHOD", "CKPT"), help=argparse.SUPPRESS)
     parser.add_argument("--completion-length", type=int, default=BASE["completion_length"], help=argparse.SUPPRESS)
