@@ -1,0 +1,284 @@
+"""Amendment 2 (the platform rule) and the launcher that records every run segment's platform.
+
+The launcher is run for real, in-process, on a stand-in archive whose `--job` module writes a record at once (the
+frozen training would take minutes per run): its order (check, control, method arms), its segment log, its locks
+and its slots are what is tested here."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from exploration_trl.experiments.confirmatory import launcher, platform, platform_rule, protocol, protocol_v2
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / "confirmatory_state" / "countdown3_v2"
+CONFIG = ROOT / "configs" / "confirmatory" / "countdown3_v2.yaml"
+SHA = "4e6b608d716e3ec2d6216661676883b841b8a2df"
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 207
+model name\t: Intel(R) Xeon(R) Processor
+stepping\t: 2
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f amx_tile
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+"""
+
+
+def _amendment():
+    return platform_rule.load("countdown3_v2", ROOT)
+
+
+# -------------------------------------------------------------------------------------------- the platform
+def test_the_platform_is_the_first_cpus_kernel_facts_and_its_id_is_stable():
+    cpu = platform.cpu(CPUINFO)
+    assert cpu == {"vendor": "GenuineIntel", "family": "6", "model": "207", "model_name": "Intel(R) Xeon(R) Processor",
+                   "stepping": "2", "isa": ["sse4_2", "avx", "avx2", "fma", "avx512f", "amx_tile"]}
+    desc = {"cpu": cpu, "torch_cpu_capability": "AVX512", "versions": {"torch": "2.13.0+cpu"}, "python": "3.11.7"}
+    assert platform.platform_id(desc) == platform.platform_id(json.loads(json.dumps(desc)))
+    other = {**desc, "cpu": {**cpu, "isa": cpu["isa"][:3]}}
+    assert platform.platform_id(other) != platform.platform_id(desc) and len(platform.platform_id(desc)) == 12
+
+
+def test_another_library_version_is_refused_with_the_install_command():
+    wanted = _amendment()["run_environment"]
+    platform.check_environment(wanted, {k: str(v) for k, v in wanted.items()})
+    with pytest.raises(ValueError, match=r"transformers 5\.26\.0 \(wanted 5\.25\.0\).*pip install torch==2\.13\.0 "
+                                         r"transformers==5\.25\.0"):
+        platform.check_environment(wanted, {**{k: str(v) for k, v in wanted.items()}, "transformers": "5.26.0"})
+
+
+# ----------------------------------------------------------------------------------------------- the amendment
+def test_amendment_2_only_adds_caution_and_names_the_registered_arms():
+    a = _amendment()
+    cfg = protocol.load(CONFIG)
+    methods = [s for s in cfg["settings"] if s.get("role") in ("tuned", "new", "replication")]
+    assert a["protocol_commit"] == SHA[:7] and a["platform_control"]["raw_alpha"] == cfg["alpha"]
+    assert all(s["seeds"] == a["platform_control"]["seeds"] for s in methods)  # the method arms' own seeds
+    assert sorted(a["platform_control"]["checkpoint_families"]) == sorted(cfg["checkpoints"])
+    ctl = platform_rule.control_config(cfg, a)
+    assert [j["label"] for j in protocol_v2.confirm_jobs(ctl, None)] == ["grpo_platform"] * 18
+    assert {k: v for k, v in ctl.items() if k not in ("settings", "baseline", "selection")} == \
+        {k: v for k, v in cfg.items() if k not in ("settings", "baseline", "selection")}
+    check = platform_rule.check_config(cfg, a)
+    assert protocol_v2.confirm_jobs(check, None) == [{"phase": "confirm", "label": "grpo", "method": "grpo",
+                                                      "overrides": {}, "seed": 100, "steps": [0, 100, 200]}]
+
+
+def test_amendment_2_precedes_every_method_arm_record():
+    """The commit that added amendment 2 is an ancestor of every commit that added a method-arm or control record."""
+    path = "configs/confirmatory/countdown3_v2_amendment2.yaml"
+    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", path], cwd=ROOT,
+                           capture_output=True, text=True).stdout.split()
+    assert added, "amendment 2 was never committed"
+    arms = {"grpo", "grpo_lr_half"}
+    later = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--name-only", "--",
+                            "confirmatory_state/countdown3_v2/runs", "confirmatory_state/countdown3_v2/platform_control"],
+                           cwd=ROOT, capture_output=True, text=True).stdout
+    commit = None
+    for line in later.splitlines():
+        if len(line) == 40 and " " not in line and "/" not in line:
+            commit = line
+        elif line.endswith(".json") and "/selection/" not in line and Path(line).name.split("__")[0] not in arms:
+            ok = subprocess.run(["git", "merge-base", "--is-ancestor", added[-1], commit], cwd=ROOT).returncode == 0
+            assert ok, f"{line} was committed in {commit[:7]}, before amendment 2"
+
+
+def test_every_committed_record_is_the_reference_platforms_by_its_fingerprint():
+    a = _amendment()
+    for phase, folder in (("confirm", STATE / "runs"), ("selection", STATE / "runs" / "selection")):
+        for path in sorted(folder.glob("*__seed*.json")):
+            rec = json.loads(path.read_text())
+            assert platform_rule.record_platforms(STATE, rec, a) in (["reference"], sorted(
+                {s["platform_id"] for s in platform_rule.segments(STATE, phase, rec["label"], rec["seed"])}))
+
+
+def test_a_record_without_a_platform_log_and_another_fingerprint_is_refused():
+    rec = json.loads((STATE / "runs" / "grpo__seed100.json").read_text())
+    rec["rows"][0]["token_entropy"] = 0.4756019348083057  # this Xeon's step 0
+    with pytest.raises(ValueError, match=r"run confirm:grpo:100 has no platform log .* 0\.4756019348083057 is not "
+                                         r"the reference fingerprint 0\.4756019319177367"):
+        platform_rule.record_platforms(STATE, rec, _amendment())
+
+
+def test_the_same_platform_check_needs_every_count_and_the_entropy():
+    committed = json.loads((STATE / "runs" / "grpo__seed100.json").read_text())
+    same = platform_rule.compare_check(committed, committed, [0, 100, 200])
+    assert same["reproduces"] and same["first_differing_step"] is None
+    drift = json.loads(json.dumps(committed))
+    drift["rows"][0]["token_entropy"] += 3e-9
+    assert platform_rule.compare_check(drift, committed, [0, 100, 200])["first_differing_step"] == 0
+    moved = json.loads(json.dumps(committed))
+    moved["correct_counts"]["100"][7] += 1
+    got = platform_rule.compare_check(moved, committed, [0, 100, 200])
+    assert not got["reproduces"] and got["first_differing_step"] == 100
+
+
+# ------------------------------------------------------------------------------------------------ the launcher
+STUB = '''
+import json, os, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+out = Path(args[args.index("--output-dir") + 1]); phase, label, seed = args[args.index("--job") + 1].split(":")
+committed = json.loads(Path(os.environ["STUB_COMMITTED"]).read_text())
+rec = {**committed, "label": label, "seed": int(seed), "finished": True, "overrides": {}}
+if label == "grpo" and os.environ.get("STUB_DIFFERS"):
+    rec["rows"][0]["token_entropy"] += 3e-9
+Path(out, "runs").mkdir(parents=True, exist_ok=True)
+time.sleep(float(os.environ.get("STUB_SLEEP", "0")))
+Path(out, "runs", f"{label}__seed{seed}.json").write_text(json.dumps(rec))
+'''
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """An archive whose `--job` writes a finished record, and a run folder restored from the committed state."""
+    archive = tmp_path / "archive"
+    pkg = archive / "exploration_trl" / "experiments" / "confirmatory"
+    pkg.mkdir(parents=True)
+    for d in (archive / "exploration_trl", archive / "exploration_trl" / "experiments", pkg):
+        (d / "__init__.py").write_text("")
+    (archive / "exploration_trl" / "_commit.py").write_text(f'ARCHIVED_COMMIT = "{SHA}"\n')
+    (pkg / "command.py").write_text(textwrap.dedent(STUB))
+    (archive / "configs" / "confirmatory").mkdir(parents=True)
+    shutil.copyfile(CONFIG, archive / "configs" / "confirmatory" / "countdown3_v2.yaml")
+    output = tmp_path / "runs"
+    output.mkdir()
+    shutil.copytree(STATE / "warm_start", output / "warm_start")
+    shutil.copyfile(STATE / "selection.json", output / "selection.json")
+    shutil.copytree(STATE / "runs", output / "runs")
+    monkeypatch.setattr(launcher, "POLL_S", 0.05)
+    monkeypatch.setattr(launcher.provenance, "source_hash", lambda root=None: json.loads(
+        (STATE / "runs" / "grpo__seed100.json").read_text())["provenance"]["source_hash"])
+    monkeypatch.setattr(launcher.platform, "check_environment", lambda wanted, found=None: None)
+    monkeypatch.setenv("STUB_COMMITTED", str(STATE / "runs" / "grpo__seed100.json"))
+    return archive, output
+
+
+def test_a_platform_that_reproduces_grpo_runs_no_control(stand_in):
+    archive, output = stand_in
+    assert launcher.run(archive, output, 2, "control") == 0
+    pid = platform.platform_id(platform.describe())
+    check = json.loads((output / "platforms" / "checks" / f"{pid}.json").read_text())
+    assert check["reproduces"]
+    # while the check is undecided the other slot starts the first control run; once it passes, no other starts
+    assert len(list((output / "platform_control").glob("*/runs/*.json"))) <= 1
+    (start, end) = platform_rule.segments(output / "platforms" / "checks" / pid, "confirm", "grpo", 100)
+    assert start["event"] == "start" and start["platform_id"] == pid and start["resume_from_step"] == 0
+    assert end["event"] == "end" and end["exit"] == 0 and end["finished"] is True
+    assert json.loads((output / "platforms" / "hosts" / f"{pid}.json").read_text())["cpu"]["isa"] is not None
+
+
+def test_another_platform_runs_its_control_before_any_method_arm(stand_in, monkeypatch):
+    archive, output = stand_in
+    monkeypatch.setenv("STUB_DIFFERS", "1")
+    assert launcher.run(archive, output, 2, "control") == 0
+    pid = platform.platform_id(platform.describe())
+    assert json.loads((output / "platforms" / "checks" / f"{pid}.json").read_text())["first_differing_step"] == 0
+    folder = output / "platform_control" / pid
+    assert sorted(int(p.stem.split("seed")[1]) for p in (folder / "runs").glob("*.json")) == list(range(100, 118))
+    cfg = protocol.load(folder / "config.yaml")
+    assert cfg["settings"][0]["steps"] == [0, 500, 1000] and cfg["eval"] == protocol.load(CONFIG)["eval"]
+    for sd in range(100, 118):
+        starts = [s for s in platform_rule.segments(folder, "confirm", "grpo_platform", sd) if s["event"] == "start"]
+        assert [s["platform_id"] for s in starts] == [pid]
+    assert not list((output / "runs").glob("maxrl__*.json"))  # scope control: no method arm
+    order = [line.split()[3] for line in (output / "launcher.log").read_text().splitlines() if "starting" in line]
+    assert order[0] == "check:" + pid + ":grpo:100"
+
+
+def test_a_job_whose_lock_is_held_is_not_started_twice(stand_in, monkeypatch):
+    archive, output = stand_in
+    pid = platform.platform_id(platform.describe())
+    (output / "platforms" / "checks").mkdir(parents=True)
+    (output / "platforms" / "checks" / f"{pid}.json").write_text(json.dumps({"reproduces": True}))
+    lock_path = output / "locks" / "confirm__main__progrpo_tuned__100.lock"
+    lock_path.parent.mkdir(parents=True)
+    held = os.open(lock_path, os.O_CREAT | os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another launcher's job holds it
+    monkeypatch.setattr(launcher, "plan", lambda out, arc, a, p, scope: [
+        j for j in [{"kind": "confirm", "folder": output, "cfg": None, "label": lab, "seed": 100}
+                    for lab in ("progrpo_tuned", "dsgrpo_tuned")] if not launcher.is_finished(j)]
+        if not (output / "stop").exists() else [])
+    monkeypatch.setattr(launcher, "POLL_S", 0.05)
+    real_sleep = launcher.time.sleep
+
+    def sleep_then_stop(s):
+        if launcher.is_finished({"folder": output, "label": "dsgrpo_tuned", "seed": 100}):
+            (output / "stop").write_text("")
+        real_sleep(s)
+
+    monkeypatch.setattr(launcher.time, "sleep", sleep_then_stop)
+    launcher.run(archive, output, 2, "all")
+    assert (output / "runs" / "dsgrpo_tuned__seed100.json").is_file()
+    assert not (output / "runs" / "progrpo_tuned__seed100.json").is_file()
+    os.close(held)
+
+
+def test_a_checkpoint_cut_by_a_kill_is_set_aside(tmp_path):
+    ckpt = tmp_path / "ckpt" / "maxrl__seed100"
+    (ckpt / "checkpoint-500").mkdir(parents=True)
+    (ckpt / "checkpoint-500" / "trainer_state.json").write_text("{}")
+    (ckpt / "checkpoint-1000").mkdir()
+    moved = launcher.set_aside_incomplete(tmp_path, "maxrl", 100)
+    assert len(moved) == 1 and moved[0].startswith("incomplete-checkpoint-1000")
+    assert launcher.resume_step(tmp_path, "maxrl", 100) == 500
+
+
+def test_the_launcher_refuses_an_archive_of_another_commit(stand_in):
+    archive, output = stand_in
+    (archive / "exploration_trl" / "_commit.py").write_text('ARCHIVED_COMMIT = "0123456"\n')
+    with pytest.raises(ValueError, match="not an archive of the protocol commit 4e6b608"):
+        launcher.run(archive, output, 2, "all")
+
+
+def test_the_pause_script_stops_a_job_that_ignores_sigint(tmp_path):
+    """A job started from a background shell ignores SIGINT; the script gets it with SIGTERM after the grace."""
+    name = f"stand_in_job_{os.getpid()}"  # its own names: the real runs on this machine are left alone
+    fake = tmp_path / f"{name}.py"
+    fake.write_text("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, str(fake)], start_new_session=True)
+    env = {**os.environ, "CONFIRM_JOBS_PATTERN": name, "CONFIRM_LAUNCHER_PATTERN": f"{name}_launcher",
+           "CONFIRM_DRIVER_PATTERN": f"{name}_driver"}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "confirm_pause.sh"), "2"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert proc.wait(timeout=10) != 0
+    assert "SIGINT to job group" in out.stdout and "SIGTERM to job group" in out.stdout
+    assert "no protocol job is running" in out.stdout
+
+
+def test_sync_keeps_finished_records_with_their_platform_logs_and_the_controls(tmp_path):
+    src, dst = tmp_path / "run", tmp_path / "state"
+    rec = json.loads((STATE / "runs" / "grpo__seed100.json").read_text())
+    for folder, label, finished in ((src, "maxrl", True), (src, "qae", False),
+                                    (src / "platform_control" / "abc", "grpo_platform", True)):
+        (folder / "runs").mkdir(parents=True, exist_ok=True)
+        (folder / "runs" / f"{label}__seed100.json").write_text(json.dumps({**rec, "label": label,
+                                                                            "finished": finished}))
+        log = platform_rule.segments_path(folder, "confirm", label, 100)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text('{"event": "start", "platform_id": "abc"}\n')
+    (src / "platforms" / "hosts").mkdir(parents=True)
+    (src / "platforms" / "hosts" / "abc.json").write_text("{}")
+    (src / "platform_control" / "abc" / "config.yaml").write_text("name: x\n")
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "sync_confirmatory_state.sh"), str(src), str(dst)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "control abc 1" in out and "maxrl 1" in out and "qae" not in out
+    assert (dst / "platforms" / "confirm" / "maxrl__seed100.jsonl").is_file()
+    assert not (dst / "runs" / "qae__seed100.json").exists() and not (dst / "platforms" / "confirm" /
+                                                                      "qae__seed100.jsonl").exists()
+    assert (dst / "platform_control" / "abc" / "platforms" / "confirm" / "grpo_platform__seed100.jsonl").is_file()
+    assert (dst / "platform_control" / "abc" / "config.yaml").is_file() and (dst / "platforms" / "hosts" /
+                                                                             "abc.json").is_file()
