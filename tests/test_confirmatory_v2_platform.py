@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -282,3 +283,132 @@ def test_sync_keeps_finished_records_with_their_platform_logs_and_the_controls(t
     assert (dst / "platform_control" / "abc" / "platforms" / "confirm" / "grpo_platform__seed100.jsonl").is_file()
     assert (dst / "platform_control" / "abc" / "config.yaml").is_file() and (dst / "platforms" / "hosts" /
                                                                              "abc.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------------ at combine
+OTHER = 0.4756019348083057  # another platform's step-0 entropy
+
+
+def _platform_folder(tmp_path, control_shift=0.0, with_control=True, log_arm=True):
+    """The committed records, plus 18 method-arm records (`maxrl`) and, if asked, platform abc's control: GRPO's
+    seeds 100-117 at 0/500/1000 with pass@n moved by `control_shift`."""
+    out = tmp_path / "run"
+    shutil.copytree(STATE, out)
+    for sd in range(100, 118):
+        grpo = json.loads((STATE / "runs" / f"grpo__seed{sd}.json").read_text())
+        keep = [r for r in grpo["rows"] if r["step"] in (0, 500, 1000)]
+        keep[0] = {**keep[0], "token_entropy": OTHER}
+        arm = {**grpo, "label": "maxrl", "method": "maxrl", "rows": keep, "steps": [0, 500, 1000]}
+        (out / "runs" / f"maxrl__seed{sd}.json").write_text(json.dumps(arm))
+        if log_arm:
+            log = platform_rule.segments_path(out, "confirm", "maxrl", sd)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text('{"event": "start", "platform_id": "abc", "resume_from_step": 0}\n')
+        if with_control:
+            folder = platform_rule.control_folder(out, "abc")
+            rows = [dict(r, **({"pass@n": min(1.0, r["pass@n"] + control_shift)} if r["step"] else {})) for r in keep]
+            (folder / "runs").mkdir(parents=True, exist_ok=True)
+            (folder / "runs" / f"grpo_platform__seed{sd}.json").write_text(json.dumps(
+                {**arm, "label": "grpo_platform", "method": "grpo", "rows": rows}))
+            log = platform_rule.segments_path(folder, "confirm", "grpo_platform", sd)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text('{"event": "start", "platform_id": "abc", "resume_from_step": 0}\n')
+    return out
+
+
+def test_a_platform_with_method_arms_needs_its_control(tmp_path):
+    out = _platform_folder(tmp_path, with_control=False)
+    with pytest.raises(ValueError, match=r"platform abc: its control has no finished record for seeds \[100, "):
+        platform_rule.check_platforms(protocol.load(CONFIG), out, _amendment())
+
+
+def test_a_method_arm_record_without_a_platform_is_refused(tmp_path):
+    out = _platform_folder(tmp_path, log_arm=False)
+    with pytest.raises(ValueError, match="run confirm:maxrl:100 has no platform log"):
+        platform_rule.check_platforms(protocol.load(CONFIG), out, _amendment())
+
+
+def test_a_control_of_another_fingerprint_is_refused(tmp_path):
+    out = _platform_folder(tmp_path)
+    path = platform_rule.control_folder(out, "abc") / "runs" / "grpo_platform__seed100.json"
+    rec = json.loads(path.read_text())
+    rec["rows"][0]["token_entropy"] = 0.5
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match=r"platform abc: its control's step-0 entropy \[0\.4756019348083057, 0\.5\]"):
+        platform_rule.check_platforms(protocol.load(CONFIG), out, _amendment())
+
+
+def test_a_reproducing_platform_needs_no_control_and_the_committed_records_are_the_reference(tmp_path):
+    out = _platform_folder(tmp_path, with_control=False)
+    for sd in range(100, 118):  # the arm's step 0 now carries the reference fingerprint
+        p = out / "runs" / f"maxrl__seed{sd}.json"
+        rec = json.loads(p.read_text())
+        rec["rows"][0]["token_entropy"] = _amendment()["reference_platform"]["fingerprint"]["confirm"]
+        p.write_text(json.dumps(rec))
+    (out / "platforms" / "checks").mkdir(parents=True)
+    (out / "platforms" / "checks" / "abc.json").write_text(json.dumps({"reproduces": True}))
+    got = platform_rule.check_platforms(protocol.load(CONFIG), out, _amendment())
+    assert got["platforms"]["reference"]["runs"] == 94 and got["platforms"]["reference"]["method_arm_runs"] == 0
+    assert got["platforms"]["abc"] == {**got["platforms"]["abc"], "runs": 18, "method_arm_runs": 18,
+                                       "same_as_reference": True, "control_needed": False}
+    assert got["arms"]["maxrl"] == ["abc"] and got["arms"]["grpo"] == ["reference"]
+
+
+@pytest.mark.parametrize("shift, primary", [(0.0, "passed"), (0.06, "failed"), (-0.06, "below")])
+def test_the_control_is_read_both_ways_by_the_registered_test(tmp_path, shift, primary):
+    """GRPO's own seeds as the control read against all 36: no effect; moved up 6 points, it beats GRPO; moved
+    down, it lies below. The control is never part of a Holm family."""
+    out = _platform_folder(tmp_path, control_shift=shift)
+    reading = platform_rule.read_control(protocol.load(CONFIG), out, _amendment(), "abc")
+    assert reading["primary"]["checkpoint"] == 1000 and reading["middle"]["checkpoint"] == 500
+    assert reading["primary"]["status"] == primary and reading["primary"]["seeds"] == 18
+    c = reading["primary"]
+    assert c["ci"][0] < c["effect"] < c["ci"][1] and 0 <= c["p"] <= 1 and 0 <= c["p_below"] <= 1
+    if shift == 0.0:
+        assert abs(c["effect"]) < 0.02 and c["p"] > 0.05 and c["p_below"] > 0.05
+    assert "p_holm" not in c
+
+
+def _rule(status):
+    control = {f: {"status": status, "checkpoint": c, "effect": 0.04, "ci": [0.01, 0.07], "p": 0.01,
+                   "p_below": 0.99} for f, c in (("primary", 1000), ("middle", 500))}
+    a = _amendment()
+    return {"file": "f", "date": "2026-12-06", "arms": {"kl_cov_tuned": ["abc"], "pkpo_k4": ["abc"],
+                                                        "maxrl": ["reference"]},
+            "platforms": {"abc": {"runs": 36, "method_arm_runs": 36, "control_needed": True, "control": control,
+                                  "same_as_reference": False, "description": None},
+                          "reference": {"runs": 94, "method_arm_runs": 0, "control_needed": False,
+                                        "same_as_reference": True}},
+            "texts": {k: a[k] for k in ("not_interpretable_text", "masked_text", "not_checked_text")}}
+
+
+def test_a_control_that_beats_grpo_voids_the_verdicts_of_its_platforms_arms_only():
+    from exploration_trl.experiments.confirmatory import combine_v2
+    from test_confirmatory_v2_combine import _first, _result
+
+    section = combine_v2.combine([_result()], SHA, _first(), platforms={"countdown3_v2": _rule("failed")})
+    text = combine_v2.summary_markdown(section)
+    assert "**Platforms** (amendment 2 of 2026-12-06" in text
+    for label in ("kl_cov_tuned", "pkpo_k4"):  # both won under Holm; made on abc, they are void
+        row = next(line for line in text.splitlines() if re.search(rf"\| {label} +\|", line))
+        assert "not interpretable: GRPO alone on this arm's platform beats GRPO's trajectory" in row
+        assert "**beats GRPO**" not in row
+    advice = combine_v2.advice_markdown(section)
+    assert "Beat GRPO's own trajectory at the primary checkpoint: none." in advice
+    assert "Not interpretable (GRPO alone on their platform" in advice and "`pkpo_k4`" in advice
+
+
+def test_a_control_below_grpo_marks_only_the_verdicts_that_are_not_wins():
+    from exploration_trl.experiments.confirmatory import combine_v2
+    from test_confirmatory_v2_combine import _first, _result
+
+    rule = _rule("below")
+    rule["arms"]["maxrl"] = ["abc"]
+    section = combine_v2.combine([_result()], SHA, _first(), platforms={"countdown3_v2": rule})
+    tables = combine_v2.tables_markdown(section)
+    rows = {label: [line for line in tables.splitlines() if re.search(rf"\| {label} +\|", line)]
+            for label in ("pkpo_k4", "maxrl")}
+    assert len(rows["pkpo_k4"]) == len(rows["maxrl"]) == 2
+    assert all("may hide a win" not in r for r in rows["pkpo_k4"] if "(primary)" in r)  # a win stands
+    assert any("a platform effect may hide a win" in r for r in rows["pkpo_k4"] if "(middle)" in r)
+    assert all("a platform effect may hide a win" in r for r in rows["maxrl"])

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import _common
 from . import amendment as amend
+from . import platform_rule
 from .analysis import _pct, _short_verdict, verdict_of
 
 #: The order of the arms in every table.
@@ -49,11 +50,12 @@ def earlier_verdict(first: dict[str, Any] | None, setup: str, setting: dict[str,
 
 def combine(results: list[dict[str, Any]], protocol_commit: str, first: dict[str, Any] | None,
             integrity: dict[str, dict] | None = None, amendments: dict[str, dict] | None = None,
-            power: dict[str, dict] | None = None) -> dict[str, Any]:
+            power: dict[str, dict] | None = None, platforms: dict[str, dict] | None = None) -> dict[str, Any]:
     """The `second_protocol` section: each set-up's result with, per arm, 0.7.0's verdict where there was one.
     `first`: the current docs/confirmatory.json (the first protocol's combined verdicts), or None. `integrity`: per
     set-up, what `integrity_v2.check` verified; `amendments`: per set-up, its amendment (the control's reading is
-    computed here and kept in the json, so every verdict sentence is generated from it)."""
+    computed here and kept in the json, so every verdict sentence is generated from it); `platforms`: per set-up,
+    amendment 2's `platform_rule.section` (its platforms and their controls' readings)."""
     setups = []
     for r in results:
         a = (amendments or {}).get(r["name"])
@@ -67,6 +69,8 @@ def combine(results: list[dict[str, Any]], protocol_commit: str, first: dict[str
             r = {**r, "integrity": integrity[r["name"]]}
         if power and r["name"] in power:
             r = {**r, "power": power[r["name"]]}
+        if platforms and r["name"] in platforms:
+            r = {**r, "platform_rule": platforms[r["name"]]}
         if r.get("protocol_version") != 2:
             raise ValueError(f"--combine: {r['name']} is a first-protocol result; combine the two protocols apart")
         earlier_of = (first or {}).get("setups", [])
@@ -102,7 +106,8 @@ def _effect(t: dict[str, Any]) -> str:
 
 def _verdict(setup: dict[str, Any], arm: dict[str, Any], t: dict[str, Any]) -> str:
     """The verdict of one test. Under amendment 1, a family whose control beat GRPO (raw p or Holm's p below alpha)
-    has no verdict but "not interpretable"; one whose control could not be read says so beside each verdict."""
+    has no verdict but "not interpretable"; one whose control could not be read says so beside each verdict. Then
+    amendment 2: the platform controls of the platforms the arm was made on (`platform_rule.apply`)."""
     text = verdict_of(t, setup.get("alpha", 0.05))
     a = setup.get("amendment")
     if arm.get("role") == "negative_control":
@@ -111,12 +116,13 @@ def _verdict(setup: dict[str, Any], arm: dict[str, Any], t: dict[str, Any]) -> s
             return text.replace("**beats GRPO**", "beats GRPO") + \
                 ": **the control beat GRPO, so this set-up's test is not to be trusted**"
         return text if a is None else text + f" (raw p read at {a['control'][t['family']]['raw_alpha']:g}: {status})"
-    if a is None:
-        return text
-    override = amend.verdict_override(a, a["control"], t["family"])  # the section keeps the amendment's texts
-    if override == a["not_interpretable_text"]:
-        return f"**{override}**"
-    return text if override is None else f"{text} ({override})"
+    if a is not None:
+        override = amend.verdict_override(a, a["control"], t["family"])  # the section keeps the amendment's texts
+        if override == a["not_interpretable_text"]:
+            return f"**{override}**"
+        text = text if override is None else f"{text} ({override})"
+    won = t.get("p_holm") is not None and t["p_holm"] < setup.get("alpha", 0.05)
+    return platform_rule.apply(setup.get("platform_rule"), arm["label"], t["family"], text, won)
 
 
 def control_sentence(setup: dict[str, Any]) -> str:
@@ -210,9 +216,12 @@ def advice_markdown(combined: dict[str, Any]) -> str:
         alpha = setup.get("alpha", 0.05)
         arms = [a for a in _ordered(setup) if a.get("role") != "negative_control"]
         tests = {a["label"]: _primary(setup, a) for a in arms}
-        wins = [a for a in arms if tests[a["label"]].get("p_holm") is not None and tests[a["label"]]["p_holm"] < alpha]
-        none_ = [a for a in arms if tests[a["label"]].get("p") is None]
-        rest = [a for a in arms if a not in wins and a not in none_]
+        rule = setup.get("platform_rule")
+        voided = [a for a in arms if platform_rule.arm_status(rule, a["label"], "primary") == platform_rule.FAILED]
+        wins = [a for a in arms if tests[a["label"]].get("p_holm") is not None and tests[a["label"]]["p_holm"] < alpha
+                and a not in voided]
+        none_ = [a for a in arms if tests[a["label"]].get("p") is None and a not in voided]
+        rest = [a for a in arms if a not in wins and a not in none_ and a not in voided]
 
         def names(group):
             return ", ".join(f"`{a['label']}` ({_setting_text(setup, a)}, {100 * tests[a['label']]['effect']:+.1f} "
@@ -230,6 +239,8 @@ def advice_markdown(combined: dict[str, Any]) -> str:
             f"**On {setup['name']}** ({scope}; {len(setup['settings'][1]['seeds'])} seeds per arm): {lead}"
             f"Beat GRPO's own trajectory at the primary checkpoint: {names(wins)}. Not shown to: {names(rest)}."
             + (f" No verdict (seeds outside GRPO's pass@1 range): {names(none_)}." if none_ else "")
+            + (f" Not interpretable (GRPO alone on their platform beat GRPO's trajectory, amendment 2): "
+               f"{names(voided)}." if voided else "")
             + " Start from a method that beat GRPO; treat the others as untested on your task rather than as "
               "failures, and check any of them on your own held-out set (`exploration-trl confirm` with "
               "`task: train`).")
@@ -247,7 +258,7 @@ def summary_markdown(combined: dict[str, Any]) -> str:
     p and the verdict, and 0.7.0's verdict for the same method."""
     rows, controls = [], ""
     for setup in combined["setups"]:
-        controls += control_sentence(setup)
+        controls += control_sentence(setup) + platform_rule.sentence(setup.get("platform_rule"))
         _, holm = _formats(setup, "primary")
         for arm in _ordered(setup):
             t = _primary(setup, arm)
@@ -277,7 +288,7 @@ def tables_markdown(combined: dict[str, Any]) -> str:
             f"{str(prov.get('commit'))[:7]} ({prov.get('origin')}, source hash {str(prov.get('source_hash'))[:12]}), "
             f"{prov.get('runs')} runs. Null false-positive rate: {_null_text(setup)}. Per-problem records: "
             f"{setup.get('per_problem_records')}.\n")
-        out.append(control_sentence(setup))
+        out.append(control_sentence(setup) + platform_rule.sentence(setup.get("platform_rule")))
         out.append(power_sentence(setup))
         rows = []
         for arm in _ordered(setup):
