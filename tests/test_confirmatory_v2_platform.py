@@ -412,3 +412,43 @@ def test_a_control_below_grpo_marks_only_the_verdicts_that_are_not_wins():
     assert all("may hide a win" not in r for r in rows["pkpo_k4"] if "(primary)" in r)  # a win stands
     assert any("a platform effect may hide a win" in r for r in rows["pkpo_k4"] if "(middle)" in r)
     assert all("a platform effect may hide a win" in r for r in rows["maxrl"])
+
+
+# ------------------------------------------------------------------------------------------------------ pins
+def test_what_prints_the_verdicts_is_the_registered_code_and_precedes_the_method_arm_records():
+    from exploration_trl.experiments.confirmatory import pins
+
+    held = pins.check(ROOT)
+    assert {"exploration_trl/experiments/confirmatory/combine_v2.py", "configs/confirmatory/countdown3_v2_amendment2.yaml",
+            "exploration_trl/experiments/confirmatory/analysis.py::verdict_of"} <= set(held)
+    first = pins.first_method_arm_commit(ROOT, "confirmatory_state/countdown3_v2", {"grpo", "grpo_lr_half"})
+    assert pins.check_order(ROOT, held, first)["first_method_arm_commit"] == first
+
+
+def test_a_pinned_file_or_function_changed_after_its_commit_is_refused(tmp_path):
+    from exploration_trl.experiments.confirmatory import pins
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "m.py").write_text("def verdict(p):\n    return p < 0.05\n\n\ndef table():\n    return 1\n")
+    (tmp_path / "a.yaml").write_text("alpha: 0.05\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "register")
+    sha = git("rev-parse", "HEAD")
+    pinned = {"m.py::verdict": sha, "a.yaml": sha}
+    assert pins.check(tmp_path, pinned) == pinned
+    (tmp_path / "m.py").write_text("def verdict(p):\n    return p < 0.05\n\n\ndef table():\n    return 2\n")
+    pins.check(tmp_path, pinned)  # another function may change
+    (tmp_path / "m.py").write_text("def verdict(p):\n    return p < 0.10\n\n\ndef table():\n    return 2\n")
+    with pytest.raises(ValueError, match=rf"pin m.py::verdict: the working tree differs from commit {sha}"):
+        pins.check(tmp_path, pinned)
+    (tmp_path / "a.yaml").write_text("alpha: 0.1\n")
+    with pytest.raises(ValueError, match="pin a.yaml: the working tree differs"):
+        pins.check(tmp_path, {"a.yaml": sha})
+    git("commit", "-qam", "after the results")
+    later = git("rev-parse", "HEAD")
+    with pytest.raises(ValueError, match="does not precede the first method-arm record's commit"):
+        pins.check_order(tmp_path, {"a.yaml": later}, sha)
