@@ -111,6 +111,11 @@ def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path, monkeyp
     checked = []  # the integrity checks themselves: tests/test_confirmatory_v2_integrity.py
     monkeypatch.setattr(integrity_v2, "check", lambda cfg, folder, sha: checked.append((cfg["name"], folder)) or {
         "runs": 292})
+    from exploration_trl.experiments.confirmatory import platform_rule  # its checks: test_confirmatory_v2_platform.py
+
+    monkeypatch.setattr(platform_rule, "section", lambda cfg, folder, rule, file: {
+        "file": file, "date": str(rule["date"]), "arms": {}, "texts": {},
+        "platforms": {"reference": {"runs": 94, "method_arm_runs": 0, "control_needed": False}}})
 
     out = tmp_path / "run"
     out.mkdir()
@@ -128,7 +133,11 @@ def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path, monkeyp
     assert combined["second_protocol"]["setups"][0]["name"] == "countdown3_v2"
     assert "| countdown3_v2 | negative control | grpo_lr_half |" in readme.read_text()
     assert "292 runs" in page.read_text() and page.read_text().endswith("end\n")
-    assert checked == [("countdown3_v2", out)] and combined["second_protocol"]["setups"][0]["integrity"] == {"runs": 292}
+    integrity = combined["second_protocol"]["setups"][0]["integrity"]
+    assert checked == [("countdown3_v2", out)] and integrity["runs"] == 292
+    assert integrity["pins"]["pins"]["exploration_trl/experiments/confirmatory/combine_v2.py"]
+    assert combined["second_protocol"]["setups"][0]["platform_rule"]["date"] == "2026-12-06"
+    assert "**Platforms** (amendment 2 of 2026-12-06" in readme.read_text()
     assert combined["second_protocol"]["setups"][0]["amendment"]["date"] == "2026-11-28"
     assert "**Negative control** (`grpo_lr_half`, read as amendment 1 of 2026-11-28" in readme.read_text()
 

@@ -179,6 +179,201 @@ def test_the_combine_command_checks_integrity_before_writing(folder, tmp_path):
     assert write.read_text() == "{}"
 
 
+# ------------------------------------------------------------------- the records themselves and result.json
+def _small_cfg(cfg):
+    """The protocol cut to the two arms the committed records complete (GRPO and the control), with bootstraps and
+    nulls small enough for a test (they do not change the numbers `check_result` recomputes)."""
+    small = copy.deepcopy(cfg)
+    small["settings"] = [s for s in small["settings"] if s["label"] in ("grpo", "grpo_lr_half")]
+    small["bootstrap"] = {**cfg["bootstrap"], "resamples": 200}
+    small["secondary"] = {"seeds_and_multisets": {"resamples": 20, "seed": 1}}
+    small["null"] = {"simulations": 4, "resamples": 50, "seed": 101, "splits": 2}
+    return small
+
+
+@pytest.fixture(scope="module")
+def small(cfg, tmp_path_factory):
+    """A complete run folder of `_small_cfg`: the committed GRPO and control runs, GRPO's selection runs, the warm
+    start's json and the result.json that `analysis_v2.analyse` (frozen code) computes from them."""
+    from exploration_trl.experiments import _common
+    from exploration_trl.experiments.confirmatory import analysis_v2, runner
+
+    small_cfg = _small_cfg(cfg)
+    out = tmp_path_factory.mktemp("small") / "run"
+    (out / "runs" / "selection").mkdir(parents=True)
+    (out / "warm_start").mkdir()
+    for path in (STATE / "runs").glob("grpo*__seed*.json"):
+        shutil.copyfile(path, out / "runs" / path.name)
+    for path in (STATE / "runs" / "selection").glob("grpo__seed*.json"):
+        shutil.copyfile(path, out / "runs" / "selection" / path.name)
+    shutil.copyfile(STATE / "selection.json", out / "selection.json")
+    shutil.copyfile(STATE / "warm_start" / "warm_start.json", out / "warm_start" / "warm_start.json")
+    ws = json.loads((out / "warm_start" / "warm_start.json").read_text())
+    result = analysis_v2.analyse(small_cfg, runner.collect(out), runner.collect(out, "selection"),
+                                 json.loads((out / "selection.json").read_text()), ws["num_parameters"],
+                                 {"n_problems": 500, "warm_start_checksum": ws["checksum"]},
+                                 [str(i % 87) for i in range(500)])
+    _common.write_json(out / "result.json", result)
+    return small_cfg, out
+
+
+@pytest.fixture
+def complete(small, tmp_path):
+    small_cfg, src = small
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    return small_cfg, out
+
+
+def _edit(path, change):
+    rec = json.loads(path.read_text())
+    change(rec)
+    path.write_text(json.dumps(rec))
+
+
+def _refused(small_cfg, out, pattern):
+    with pytest.raises(integrity_v2.IntegrityError, match=pattern) as e:
+        integrity_v2.check(small_cfg, out, SHA)
+    assert "\n" not in str(e.value)  # one line
+
+
+def test_a_complete_folder_passes_and_the_check_names_its_records_digest(complete):
+    small_cfg, out = complete
+    info = integrity_v2.check(small_cfg, out, SHA)
+    assert info["runs"] == 36 + 18 + 4 and info["source_hash"].startswith("dbf26ebdaed2")
+    assert info["records_checked"] and info["result_recomputed"] and info["warm_start_checksum"].startswith("6df1cdd7")
+    assert info["records_digest"] == integrity_v2.records_digest(out) and len(info["records_digest"]) == 64
+    path = out / "runs" / "grpo__seed100.json"
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=1))  # the same record, other bytes
+    assert integrity_v2.records_digest(out) != info["records_digest"]
+
+
+def test_every_committed_record_passes_the_record_checks(cfg):
+    files = integrity_v2.check_files(STATE)
+    assert len(files) == len(list((STATE / "runs").rglob("*__seed*.json")))
+    integrity_v2.check_records(cfg, files)
+    assert integrity_v2.check_warm_start(STATE, files).startswith("6df1cdd78c21")
+
+
+def test_a_record_from_another_warm_start_is_refused(complete):
+    small_cfg, out = complete
+    _edit(out / "runs" / "grpo_lr_half__seed103.json", lambda r: r.update(warm_start_checksum="0" * 64))
+    _refused(small_cfg, out, r"run confirm:grpo_lr_half:103 \(grpo_lr_half__seed103.json\) trained from warm start "
+                             r"000000000000, not this folder's 6df1cdd78c21 .*run it again")
+
+
+def test_a_folder_without_its_warm_start_json_is_refused(complete):
+    small_cfg, out = complete
+    (out / "warm_start" / "warm_start.json").unlink()
+    _refused(small_cfg, out, r"warm_start/warm_start.json: missing; copy the warm start")
+
+
+def test_a_record_missing_a_registered_steps_row_is_refused(complete):
+    small_cfg, out = complete
+    _edit(out / "runs" / "grpo__seed110.json", lambda r: r.update(rows=[x for x in r["rows"] if x["step"] != 700]))
+    _refused(small_cfg, out, r"run confirm:grpo:110 \(grpo__seed110.json\) has evaluation rows at steps \[0, 100, 200, "
+                             r"300, 400, 500, 1000, 1500, 2000, 2500\], but its planned steps are \[0, 100, 200, 300, "
+                             r"400, 500, 700, 1000, 1500, 2000, 2500\]")
+
+
+def test_a_record_without_correct_counts_is_refused_before_any_analysis(complete):
+    """Without the check, analysis_v2._counts would fail with a bare KeyError."""
+    small_cfg, out = complete
+    _edit(out / "runs" / "grpo_lr_half__seed100.json", lambda r: r.pop("correct_counts"))
+    _refused(small_cfg, out, r"run confirm:grpo_lr_half:100 \(grpo_lr_half__seed100.json\) has no correct_counts "
+                             r"\(the per-problem counts the analysis reads\); remove its record and run it again")
+
+
+def test_correct_counts_missing_a_step_or_a_problem_are_refused(complete):
+    small_cfg, out = complete
+    path = out / "runs" / "selection" / "grpo__seed31.json"
+    _edit(path, lambda r: r["correct_counts"].pop("2000"))
+    _refused(small_cfg, out, r"run selection:grpo:31 \(grpo__seed31.json\)'s correct_counts at step 2000: missing, "
+                             r"not one count for each of its 300 problems")
+    shutil.copyfile(STATE / "runs" / "selection" / "grpo__seed31.json", path)
+    _edit(path, lambda r: r["correct_counts"]["500"].pop())
+    _refused(small_cfg, out, r"grpo__seed31.json\)'s correct_counts at step 500: 299 counts, not one count for each "
+                             r"of its 300 problems")
+
+
+@pytest.mark.parametrize("phase, name, field, value, want", [
+    ("confirm", "grpo__seed105", "n_samples", 32, "64"),
+    ("confirm", "grpo__seed105", "eval_seed", 1, "314159"),
+    ("confirm", "grpo_lr_half__seed105", "benchmark", "countdown3_v2_selection", "'countdown3_v2_heldout'"),
+    ("selection", "grpo__seed30", "benchmark", "countdown3_v2_heldout", "'countdown3_v2_selection'"),
+    ("confirm", "grpo__seed105", "num_problems", 300, "500"),
+    ("selection", "grpo__seed30", "num_problems", 500, "300"),
+    ("confirm", "grpo__seed105", "phase", "selection", "'confirm'")])
+def test_a_record_of_another_evaluation_or_split_is_refused(complete, phase, name, field, value, want):
+    small_cfg, out = complete
+    path = out / "runs" / ("selection" if phase == "selection" else "") / f"{name}.json"
+    _edit(path, lambda r: r.update({field: value}))
+    label, seed = name.split("__seed")
+    _refused(small_cfg, out, rf"run {phase}:{label}:{seed} \({name}.json\) has {field} {value!r} but the protocol's "
+                             rf"{phase} runs have {want}; remove its record and run it again")
+
+
+def test_an_unfinished_record_is_refused_by_name(cfg, folder):
+    """Named even where many runs are still missing (the count check lists only five of them)."""
+    _edit(folder / "runs" / "grpo_lr_half__seed117.json", lambda r: r.update(finished=False))
+    _refused(cfg, folder, r"run confirm:grpo_lr_half:117 \(grpo_lr_half__seed117.json\) has not finished "
+                          r"\(finished: False, last step 2000\); resume it")
+
+
+def test_two_files_of_one_run_are_refused(complete):
+    small_cfg, out = complete
+    shutil.copyfile(out / "runs" / "grpo__seed100.json", out / "runs" / "grpo__seed100 (copy).json")
+    _refused(small_cfg, out, r"runs/grpo__seed100 \(copy\).json and runs/grpo__seed100.json both hold run "
+                             r"confirm:grpo:100; keep the one the protocol's run wrote, remove the other")
+
+
+def test_a_record_named_after_another_run_is_refused(complete):
+    small_cfg, out = complete
+    (out / "runs" / "grpo_lr_half__seed117.json").rename(out / "runs" / "grpo_lr_half__seed118.json")
+    _refused(small_cfg, out, r"runs/grpo_lr_half__seed118.json holds run confirm:grpo_lr_half:117, but its name says "
+                             r"grpo_lr_half:118")
+
+
+@pytest.mark.parametrize("name, step, metric, pattern", [
+    ("grpo_lr_half__seed105", 2000, "pass@n", r"grpo_lr_half at checkpoint 2000: effect 0\.\d+ but the checked "
+                                              r"records give 0\.\d+"),
+    ("grpo_lr_half__seed110", 1000, "pass@n", r"grpo_lr_half at checkpoint 1000: effect"),
+    ("grpo__seed120", 1000, "pass@1", r"grpo_lr_half at checkpoint 2000: effect"),  # GRPO's curve moved
+    ("grpo__seed120", 100, "pass@n", r"grpo's trajectory_mean at steps \[0, 100, .*\] is .* but the checked records "
+                                     r"give"),
+    ("grpo_lr_half__seed105", 0, "pass@1", r"grpo_lr_half's trajectory_mean at steps \[0, 500, 1000, 2000\]")])
+def test_result_json_must_be_computed_from_the_checked_records(complete, name, step, metric, pattern):
+    """One number of one record changed after result.json was written: the recomputed numbers differ."""
+    small_cfg, out = complete
+
+    def change(rec):
+        row = next(r for r in rec["rows"] if r["step"] == step)
+        row[metric] += 0.004
+
+    _edit(out / "runs" / f"{name}.json", change)
+    _refused(small_cfg, out, r"result.json: " + pattern + r".*; write the verdict again from these records")
+
+
+def test_result_json_must_hold_the_records_provenance_warm_start_and_tests(complete):
+    small_cfg, out = complete
+    path = out / "result.json"
+    original = json.loads(path.read_text())
+    for change, pattern in [
+            (lambda r: r["provenance"].update(runs=57), r"result.json: provenance .* is not the records'"),
+            (lambda r: r["heldout"].update(warm_start_checksum="f" * 64),
+             r"result.json: heldout.warm_start_checksum ffffffffffff is not the records' 6df1cdd78c21"),
+            (lambda r: r["tests"].pop(0), r"result.json: its tests are not the protocol's \(differ at "
+                                          r"grpo_lr_half@1000\)"),
+            (lambda r: r["tests"][1].update(method_mean=[0.3, 0.9]),
+             r"result.json: grpo_lr_half at checkpoint 2000: method_mean \[0.3, 0.9\] but the checked records give")]:
+        result = copy.deepcopy(original)
+        change(result)
+        path.write_text(json.dumps(result))
+        _refused(small_cfg, out, pattern)
+    path.unlink()
+    _refused(small_cfg, out, r"result.json: missing; write the verdict first")
+
+
 # --------------------------------------------------------------------------- "Which method should I use?"
 def _power():
     return {"countdown3_v2": {"curve": [{"effect": 0.03, "rate": 0.8365, "simulations": 2000},

@@ -124,19 +124,28 @@ def _registered_config(sha: str, name: str) -> dict:
 
 def _combine_second(args, sha: str, results: list[dict]) -> int:
     """Second-protocol set-ups: their verdicts go under `second_protocol` in --write, beside the first protocol's."""
-    from . import amendment, combine_v2, integrity_v2, power_curve
+    from . import amendment, combine_v2, integrity_v2, pins, platform_rule, power_curve
 
     write = Path(args.write)
     current = json.loads(write.read_text()) if write.is_file() else {}
     first = {k: v for k, v in current.items() if k != "second_protocol"}
-    checks, amendments = {}, {}
+    checks, amendments, platforms = {}, {}, {}
+    # What prints the verdicts must be the registered code, registered before any method-arm record (pins.py).
+    pinned = pins.check(Path.cwd())
     for d, r in zip(args.combine, results):
         cfg = _registered_config(sha, r["name"])
         checks[r["name"]] = integrity_v2.check(cfg, Path(d), sha)  # fails loudly before anything is written
         print(f"{d}: integrity checks passed ({checks[r['name']]['runs']} finished runs, one provenance)")
+        reference_arms = {s["label"] for s in cfg["settings"] if s.get("role") not in platform_rule.METHOD_ROLES}
+        checks[r["name"]]["pins"] = pins.check_order(Path.cwd(), pinned, pins.first_method_arm_commit(
+            Path.cwd(), f"confirmatory_state/{r['name']}", reference_arms))
         found = amendment.load(r["name"], Path.cwd())
         if found is not None:
             amendments[r["name"]] = found
+        rule = platform_rule.load(r["name"], Path.cwd())
+        if rule is not None:  # amendment 2: every record's platform, and each platform control's reading
+            platforms[r["name"]] = platform_rule.section(cfg, Path(d), rule, str(platform_rule.FILES[r["name"]]))
+            print(f"{d}: platforms checked ({', '.join(platforms[r['name']]['platforms'])})")
     power = {}
     for r in results:  # the registered power code's curve (power_curve.py) and its pre-run +3-point figure
         state = Path("confirmatory_state") / r["name"]
@@ -145,7 +154,7 @@ def _combine_second(args, sha: str, results: list[dict]) -> int:
         pre = json.loads((state / "pre_run_calibration.json").read_text()).get("power") \
             if (state / "pre_run_calibration.json").is_file() else None
         power[r["name"]] = {"curve": power_curve.with_registered(curve, pre)}
-    section = combine_v2.combine(results, sha, first or None, checks, amendments, power)
+    section = combine_v2.combine(results, sha, first or None, checks, amendments, power, platforms)
     _common.write_json(write, {**current, "second_protocol": section})
     print(f"wrote {write} (second_protocol)")
     _copy_plots(args.combine, results, write)
