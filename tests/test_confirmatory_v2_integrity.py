@@ -436,7 +436,9 @@ def test_the_post_hoc_reread_and_the_calibration_sentence_are_the_committed_json
     block = page.split(reread_v1.BLOCK_START)[1].split(reread_v1.BLOCK_END)[0]
     assert block.strip() == reread_v1.markdown(data, original).strip()
     assert "post hoc" in page.split(reread_v1.BLOCK_START)[0].rsplit("###", 1)[1]
-    sentence = reread_v1.calibration_sentence(data)
+    sentence = reread_v1.sentence_from_files(ROOT)
+    assert "countdown3 4.4%, countdown4 2.0%" in sentence and "5.9% [5.5, 6.4] at step 1,500" in sentence
+    assert "the second protocol's test at step 1,500 on countdown3 (its whole interval)" in sentence
     for path in (ROOT / "README.md", ROOT / "docs" / "confirmatory.md"):
         text = path.read_text()
         assert text.split(reread_v1.CALIBRATION_START)[1].split(reread_v1.CALIBRATION_END)[0].strip() == sentence
