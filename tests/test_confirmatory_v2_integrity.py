@@ -401,11 +401,19 @@ def test_the_advice_says_first_when_the_control_failed():
     assert "kl_cov_tuned" not in text
 
 
-def test_the_readme_has_the_generated_advice_block():
-    text = (ROOT / "README.md").read_text()
-    assert text.count(combine_v2.ADVICE_START) == 1 and text.count(combine_v2.ADVICE_END) == 1
-    block = text.split(combine_v2.ADVICE_START)[1].split(combine_v2.ADVICE_END)[0]
-    assert block.strip() == combine_v2.advice_text(None).strip()
+def test_every_second_protocol_block_is_generated_from_the_published_json():
+    """The advice, the short table (README) and the full tables (docs/confirmatory.md) are what combine_v2 renders
+    from docs/confirmatory.json's `second_protocol` (the pending text while it has none): before and after
+    publication, no sentence that states a verdict is written by hand."""
+    combined = json.loads((ROOT / "docs" / "confirmatory.json").read_text()).get("second_protocol")
+    for path, start, end, render in (
+            (ROOT / "README.md", combine_v2.ADVICE_START, combine_v2.ADVICE_END, combine_v2.advice_text),
+            (ROOT / "README.md", combine_v2.SUMMARY_START, combine_v2.SUMMARY_END, combine_v2.summary_text),
+            (ROOT / "docs" / "confirmatory.md", combine_v2.BLOCK_START, combine_v2.BLOCK_END, combine_v2.block_text)):
+        text = path.read_text()
+        assert text.count(start) == 1 and text.count(end) == 1, (path, start)
+        block = text.split(start)[1].split(end)[0]
+        assert block.strip() == render(combined).strip(), (path, start)
 
 
 def test_the_docs_power_sentence_is_the_committed_curve():
