@@ -247,8 +247,9 @@ def test_demo_quotes_the_confirmatory_verdicts_of_docs_confirmatory_json():
 
 def test_the_demos_second_protocol_claim_is_the_published_one():
     """None (and "no verdict yet" printed) until docs/confirmatory.json has `second_protocol`; then per set-up the arms
-    that beat GRPO, or "not interpretable" when its negative control beat GRPO (amendment 1)."""
-    from exploration_trl.experiments.confirmatory import amendment
+    that beat GRPO, or "not interpretable" when its negative control beat GRPO (amendment 1); an arm made on a
+    platform whose control beat GRPO (amendment 2) is not among them."""
+    from exploration_trl.experiments.confirmatory import amendment, platform_rule
 
     combined = json.loads((Path(__file__).resolve().parents[1] / "docs" / "confirmatory.json").read_text())
     second = combined.get("second_protocol")
@@ -264,7 +265,9 @@ def test_the_demos_second_protocol_claim_is_the_published_one():
             continue
         expected[setup["name"]] = {t["label"] for t in setup["tests"] if t["family"] == "primary"
                                    and t["p_holm"] is not None and t["p_holm"] < setup["alpha"]
-                                   and t["label"] != (setup.get("amendment") or {}).get("control_label")}
+                                   and t["label"] != (setup.get("amendment") or {}).get("control_label")
+                                   and platform_rule.arm_status(setup.get("platform_rule"), t["label"], "primary")
+                                   != platform_rule.FAILED}
     got = {k: v if isinstance(v, str) else set(v) for k, v in demo.SECOND_PROTOCOL_BEATS_GRPO.items()}
     assert got == expected
 
