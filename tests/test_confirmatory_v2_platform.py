@@ -161,6 +161,7 @@ def stand_in(tmp_path, monkeypatch):
     shutil.copyfile(STATE / "selection.json", output / "selection.json")
     shutil.copytree(STATE / "runs", output / "runs")
     monkeypatch.setattr(launcher, "POLL_S", 0.05)
+    monkeypatch.setattr(launcher, "prioritise", lambda: "no cgroup in tests")
     monkeypatch.setattr(launcher.provenance, "source_hash", lambda root=None: json.loads(
         (STATE / "runs" / "grpo__seed100.json").read_text())["provenance"]["source_hash"])
     monkeypatch.setattr(launcher.platform, "check_environment", lambda wanted, found=None: None)
@@ -452,3 +453,11 @@ def test_a_pinned_file_or_function_changed_after_its_commit_is_refused(tmp_path)
     later = git("rev-parse", "HEAD")
     with pytest.raises(ValueError, match="does not precede the first method-arm record's commit"):
         pins.check_order(tmp_path, {"a.yaml": later}, sha)
+
+
+def test_prioritise_puts_the_launcher_in_a_heavy_cpu_group_or_says_why_not(tmp_path):
+    group = tmp_path / "group"
+    said = launcher.prioritise(group, shares=1000)
+    assert said == f"jobs in cpu cgroup {group} (cpu.shares 1000)"
+    assert (group / "cpu.shares").read_text() == "1000" and (group / "cgroup.procs").read_text() == str(os.getpid())
+    assert launcher.prioritise(tmp_path / "missing" / "group").startswith("no cpu cgroup (No such file")

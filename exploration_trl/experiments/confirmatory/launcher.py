@@ -200,6 +200,25 @@ def finish_check(output: Path, job: dict[str, Any], pid: str, amendment: dict[st
     return result
 
 
+CGROUP = Path("/sys/fs/cgroup/cpu/protocol_runs")
+
+
+def prioritise(group: Path = CGROUP, shares: int = 262144) -> str:
+    """Put this launcher (and so every job it starts) in a cpu cgroup of very high weight, where the machine allows it.
+
+    `nice -n 19` on the other work is not enough: with the kernel's autogroups each session gets an equal share
+    whatever its nice value, and the jobs run in sessions of their own. Measured on 2 cores with four nice-19 test
+    processes beside two jobs: 42% of a core per job, a 1,000-step run 530-574 s instead of 240 s; in the group,
+    100% each. Returns what was done, for the log."""
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "cpu.shares").write_text(str(shares))
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError as e:
+        return f"no cpu cgroup ({e.strerror}): the jobs share the cores with everything else"
+    return f"jobs in cpu cgroup {group} (cpu.shares {shares})"
+
+
 # ---------------------------------------------------------------------------------------------- the loop
 def run(archive: Path, output: Path, parallel: int, scope: str, root: Path = REPO) -> int:
     archive, output = Path(archive).resolve(), Path(output).resolve()
@@ -215,7 +234,7 @@ def run(archive: Path, output: Path, parallel: int, scope: str, root: Path = REP
     host.parent.mkdir(parents=True, exist_ok=True)
     host.write_text(json.dumps(desc, indent=1, sort_keys=True) + "\n")
     log(f"[launch] platform {pid}: {desc['cpu'].get('model_name')} ({desc['torch_cpu_capability']}), "
-        f"{parallel} at a time, scope {scope}", output)
+        f"{parallel} at a time, scope {scope}; {prioritise()}", output)
     running: dict[str, tuple[subprocess.Popen, dict[str, Any]]] = {}
     failures: dict[str, int] = {}
     stopping = {"now": False}
