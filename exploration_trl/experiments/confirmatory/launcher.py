@@ -9,7 +9,7 @@ commit, job by job, and adds what the frozen driver cannot:
 * **a lock per job and a slot per core**: a job runs only while its process holds `locks/<...>.lock` and one of
   `locks/slot-<i>.lock` (flock, inherited by the job's process, so a lock outlives a killed launcher and dies with
   its job); several launchers on one folder share the slots; a job that some other process runs (the frozen driver,
-  found in /proc) is left alone and counts against the slots;
+  found in /proc) is left alone and counts against the slots when it works on this run folder;
 * **pause**: SIGTERM or Ctrl-C sends SIGINT to every job's process group (the jobs start with SIGINT at its
   default, which a background shell would have set to ignored), waits for them, then SIGTERM; a job resumes from its
   last complete checkpoint (one without `trainer_state.json`, cut by a kill, is moved aside first).
@@ -262,7 +262,7 @@ def run(archive: Path, output: Path, parallel: int, scope: str, root: Path = REP
                 else:
                     failures[key] = failures.get(key, 0) + 1
                     log(f"[launch] {key} failed (exit {code}, try {failures[key]} of 2): see its log", output)
-            foreign = foreign_jobs()
+            foreign = {(d, k) for d, k in foreign_jobs() if Path(d) == output or output in Path(d).parents}
             mine = {(str(j["folder"]), f"confirm:{j['label']}:{j['seed']}") for _, j in running.values()}
             busy = len(running) + len(foreign - mine)
             todo = [j for j in plan(output, archive, amendment, pid, scope)
