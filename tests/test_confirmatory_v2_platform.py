@@ -346,7 +346,7 @@ def test_a_reproducing_platform_needs_no_control_and_the_committed_records_are_t
         rec = json.loads(p.read_text())
         rec["rows"][0]["token_entropy"] = _amendment()["reference_platform"]["fingerprint"]["confirm"]
         p.write_text(json.dumps(rec))
-    (out / "platforms" / "checks").mkdir(parents=True)
+    (out / "platforms" / "checks").mkdir(parents=True, exist_ok=True)
     (out / "platforms" / "checks" / "abc.json").write_text(json.dumps({"reproduces": True}))
     got = platform_rule.check_platforms(protocol.load(CONFIG), out, _amendment())
     assert got["platforms"]["reference"]["runs"] == 94 and got["platforms"]["reference"]["method_arm_runs"] == 0
