@@ -8,6 +8,7 @@ is exactly what `ModelCard.load` reads back. The parts of a card come from:
 * :mod:`~exploration_trl.hub.eval_results` - pass@k results, from `exploration-trl eval`'s `results.json` files;
 * :mod:`~exploration_trl.hub.tables` - the pass@k and hyperparameter tables (the versions: `eval.results`);
 * :mod:`~exploration_trl.hub.curves` - `training_curves.png` and the one-line training summary;
+* :mod:`~exploration_trl.hub.protocol_verdict` - "Does it beat GRPO?": the pre-registered verdict of the method;
 * :mod:`~exploration_trl.hub.state` - the inputs kept in the card, so that a second call updates it in place.
 
 The card is *updated* in place on a second call: `write_model_card(output_dir)` (as `exploration-trl push` does)
@@ -45,6 +46,7 @@ from .citations import bibtex_for
 from .curves import CURVES_FILE, card_curves, plot_training_curves
 from .eval_results import card_results, collect_results, normalize_results
 from .outcome import outcome_notes
+from .protocol_verdict import verdict_section
 from .state import CARD_FILE, STATE_VERSION, dump_state, kept_notes, load_card_state, state_result
 from .tables import extract_hyperparameters, result_table, still_on
 
@@ -205,6 +207,7 @@ def render_model_card(
         model_name=names.model,
         intro=_intro(card, names, section["display"]),
         **_method_part(section, training.trainer),
+        protocol_verdict=verdict_section(card.method, training.still),  # "Does it beat GRPO?"
         **_evaluation_part(found, names, countdown, card.repo_id),
         **_training_part(card, names, training, summary, curves),
         usage=_usage(names.load_id, card.adapter, countdown=countdown,

@@ -162,6 +162,11 @@ def _combine_second(args, sha: str, results: list[dict]) -> int:
         filled = combine_v2.fill_verdicts(Path(f), section)
         print(f"filled the second protocol's verdicts in {f} ({' and '.join(filled)})")
     print(combine_v2.summary_markdown(section))
+    from . import card_verdicts  # what model cards print (exploration_trl/hub/protocol_verdict.py)
+
+    cards = card_verdicts.package_path(write)
+    print(f"wrote {card_verdicts.write(section, cards)} (the verdicts model cards print)" if cards is not None else
+          f"model cards' verdicts not written: {write} is not a checkout's docs/confirmatory.json")
     return 0
 
 
