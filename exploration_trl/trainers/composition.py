@@ -72,7 +72,7 @@ def _composed(registered: tuple[type, ...], method: str) -> tuple[type, type]:
     # epsilon_high), the loss side wins. Dataclass inheritance alone would let a preset's *inherited* TRL default
     # mask the other preset's override, so the overridden fields are re-declared explicitly.
     configs = [obj.config_class for obj in reversed(registered)]
-    name = trainer_name(method).removesuffix("Trainer")
+    name = trainer_name([_METHODS[p][0] for p in method.split("+")]).removesuffix("Trainer")  # parsed already
     namespace = _preset_overrides(configs)
     namespace["__reduce__"] = _reduce_composed_config
     namespace["composed_method"] = method
