@@ -447,6 +447,9 @@ def test_the_post_hoc_reread_and_the_calibration_sentence_are_the_committed_json
     sentence = reread_v1.sentence_from_files(ROOT)
     assert "countdown3 4.4%, countdown4 2.0%" in sentence and "5.9% [5.5, 6.4] at step 1,500" in sentence
     assert "the second protocol's test at step 1,500 on countdown3 (its whole interval)" in sentence
+    # countdown4 at 0.7.0's design (reread_v1 --calibrate): its json, once committed, is in the sentence
+    assert "on countdown4, 0.7.0's test 5.5% [5.1, 6.0] at step 400" in sentence
+    assert "0.7.0's test at step 400 on countdown4 (its whole interval)" in sentence
     for path in (ROOT / "README.md", ROOT / "docs" / "confirmatory.md"):
         text = path.read_text()
         assert text.split(reread_v1.CALIBRATION_START)[1].split(reread_v1.CALIBRATION_END)[0].strip() == sentence
