@@ -144,6 +144,15 @@ Path(out, "runs", f"{label}__seed{seed}.json").write_text(json.dumps(rec))
 '''
 
 
+def _method_arms(folder, names):
+    """`shutil.copytree`'s ignore: the method arms' records and platform logs, so that a copy of the committed state
+    is the state the method arms found (their committed records would make the tests' jobs finished, and their logs
+    would name this machine's platform)."""
+    if Path(folder) not in (STATE / "runs", STATE / "platforms" / "confirm"):
+        return []
+    return [n for n in names if "__seed" in n and n.split("__seed")[0] not in BASELINES]
+
+
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
     """An archive whose `--job` writes a finished record, and a run folder restored from the committed state."""
@@ -160,9 +169,7 @@ def stand_in(tmp_path, monkeypatch):
     output.mkdir()
     shutil.copytree(STATE / "warm_start", output / "warm_start")
     shutil.copyfile(STATE / "selection.json", output / "selection.json")
-    # the state as the method arms found it: the committed method-arm records would make their jobs finished
-    shutil.copytree(STATE / "runs", output / "runs", ignore=lambda d, names: [
-        n for n in names if Path(d) == STATE / "runs" and "__seed" in n and n.split("__seed")[0] not in BASELINES])
+    shutil.copytree(STATE / "runs", output / "runs", ignore=_method_arms)
     monkeypatch.setattr(launcher, "POLL_S", 0.05)
     monkeypatch.setattr(launcher, "prioritise", lambda: "no cgroup in tests")
     monkeypatch.setattr(launcher.provenance, "source_hash", lambda root=None: json.loads(
@@ -294,10 +301,10 @@ OTHER = 0.4756019348083057  # another platform's step-0 entropy
 
 
 def _platform_folder(tmp_path, control_shift=0.0, with_control=True, log_arm=True):
-    """The committed records, plus 18 method-arm records (`maxrl`) and, if asked, platform abc's control: GRPO's
+    """The committed records as the method arms found them, plus 18 method-arm records (`maxrl`) and, if asked, platform abc's control: GRPO's
     seeds 100-117 at 0/500/1000 with pass@n moved by `control_shift`."""
     out = tmp_path / "run"
-    shutil.copytree(STATE, out)
+    shutil.copytree(STATE, out, ignore=_method_arms)
     for sd in range(100, 118):
         grpo = json.loads((STATE / "runs" / f"grpo__seed{sd}.json").read_text())
         keep = [r for r in grpo["rows"] if r["step"] in (0, 500, 1000)]
