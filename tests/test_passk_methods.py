@@ -203,6 +203,64 @@ def test_pkpo_k1_s_is_grpo_bit_for_bit_and_nan_rows_zero():
     assert adv[2] == 0 and torch.isfinite(adv).all()
 
 
+def test_pkpo_a_group_of_one_scored_reward_gets_0_and_the_others_keep_their_numbers():
+    """Hand-worked: a group of one has no leave-one-out baseline and no std, so it gets 0 (was the reward / eps = reward
+    x 1e4 at num_generations 1, and the raw reward at scale "none"); every other group-relative advantage of the
+    package gives it 0 too. A group with one scored reward among NaNs is a group of one."""
+    for scale in ("group", "batch", "none"):
+        for estimator in ("sloo_minus_one", "sloo", "s"):
+            assert pkpo_advantages(torch.tensor([0.7, 0.2, 1.0]), 1, 1, estimator, scale=scale).tolist() == [0, 0, 0]
+        assert passk_advantages(torch.tensor([True, False]), 1, 1).tolist() == [0, 0]
+    # g = [0.5, 0, 1, 0.25], k = 2, sloo_minus_one, unscaled: PKPO_HAND's graded group (worked out above),
+    # [3, 0, 9, 1]/12; beside it a group whose only scored reward is 0.9
+    hand = PKPO_HAND["sloo_minus_one"][1][0]
+    nan = float("nan")
+    r = torch.tensor([0.5, 0.0, 1.0, 0.25, nan, 0.9, nan, nan])  # the second group: one scored reward
+    for scale in ("none", "group", "batch"):
+        adv = pkpo_advantages(r, 4, 2, "sloo_minus_one", scale=scale)
+        assert adv[4:].tolist() == [0, 0, 0, 0], scale
+    assert pkpo_advantages(r, 4, 2, "sloo_minus_one", scale="none")[:4].tolist() == pytest.approx(hand, abs=1e-7)
+    t = pkpo_transform(r, 4, 2, "sloo_minus_one")  # the transform itself: one scored reward has no baseline
+    assert t[5].item() == pytest.approx(0.9) and torch.isnan(t[[4, 6, 7]]).all()
+
+
+def test_passk_and_pkpo_on_groups_of_unequal_scored_counts_match_each_group_alone():
+    """The vectorised functions (no loop over groups) give each group what it gets alone, whatever the number of
+    scored rows of each group in the batch, and that is the brute-force enumeration on the group's scored rows (k
+    capped at their count n, at n - 1 for sloo; one scored reward has no baseline)."""
+    g = torch.Generator().manual_seed(3)
+    groups, size = [], 6
+    for n_scored in (6, 5, 3, 2, 1, 4):
+        r = (torch.rand(size, generator=g) * 4).floor() / 3
+        r[n_scored:] = float("nan")
+        groups.append(r[torch.randperm(size, generator=g)])
+    batch = torch.cat(groups)
+    for k in (1, 2, 3, 6):
+        for estimator in ("sloo_minus_one", "sloo", "s"):
+            together = pkpo_transform(batch, size, k, estimator)
+            alone = torch.cat([pkpo_transform(r, size, k, estimator) for r in groups])
+            torch.testing.assert_close(together, alone, equal_nan=True)
+            for i, r in enumerate(groups):
+                scored = ~torch.isnan(r)
+                n = int(scored.sum())
+                kk, est = min(k, n), ("s" if n == 1 else estimator)
+                kk = min(kk, n - 1) if est == "sloo" else kk
+                want = [n / kk * v for v in brute_pkpo(r[scored].tolist(), kk, est)]
+                got = together[i * size:(i + 1) * size]
+                torch.testing.assert_close(got[scored], torch.tensor(want, dtype=torch.float32), atol=1e-6, rtol=1e-6)
+                assert torch.isnan(got[~scored]).all()
+        valid = ~torch.isnan(batch)
+        together = passk_advantages(batch > 0.5, size, k, valid=valid)
+        alone = torch.cat([passk_advantages(r > 0.5, size, k, valid=~torch.isnan(r)) for r in groups])
+        assert torch.equal(together, alone)
+        for i, r in enumerate(groups):
+            scored = ~torch.isnan(r)
+            want = brute_passk((r[scored] > 0.5).tolist(), min(k, int(scored.sum())))
+            got = together[i * size:(i + 1) * size]
+            torch.testing.assert_close(got[scored], torch.tensor(want, dtype=torch.float32), atol=1e-5, rtol=1e-5)
+            assert (got[~scored] == 0).all()
+
+
 def test_pkpo_k_schedule():
     assert [pkpo_k_at_step(s, 8, 1, 10, "step") for s in (0, 9, 10, 50)] == [8, 8, 1, 1]
     assert [pkpo_k_at_step(s, 8, 1, 14, "linear") for s in (0, 7, 14, 20)] == [8, 4, 1, 1]  # 8 - 7 * 0.5 = 4.5 -> 4

@@ -28,6 +28,7 @@ from ._utils import (
 )
 
 __all__ = [
+    "check_position_bonus_shape",
     "group_advantages",
     "confidence",
     "progrpo_advantages",
@@ -48,8 +49,8 @@ def group_advantages(
 ) -> torch.Tensor:
     """GRPO group-relative advantage ``A = (r - mean_group(r)) / (std_group(r) + eps)``, float32 ``(B,)``.
 
-    GRPO (DeepSeekMath, Sec. 4.1.2, outcome supervision): each completion is scored against the other
-    completions of its prompt, so no value network is needed. ``scale="batch"`` divides by the std of
+    GRPO (DeepSeekMath, arXiv 2402.03300, Sec. 4.1.2, outcome supervision): each completion is scored against the
+    other completions of its prompt, so no value network is needed. ``scale="batch"`` divides by the std of
     the whole batch (less noisy for small groups), ``scale="none"`` only centres (Dr. GRPO: removes the
     difficulty bias of per-group std). Mirrors TRL 1.16's ``GRPOTrainer`` (``sum_then_normalize``):
     NaN rewards (unscorable completions) are ignored by the mean/std and get advantage 0; a group or
@@ -139,7 +140,7 @@ def progrpo_advantages(
     keep_sign: bool = False,
     correct_threshold: float = 0.0,
 ) -> torch.Tensor:
-    """ProGRPO / ARM advantage reweighting ``A~ = A + alpha * (c_ref - c_o)`` (Eq. 4, Algorithm 1).
+    """ProGRPO / ARM advantage reweighting ``A~ = A + alpha * (c_ref - c_o)`` (arXiv 2602.05281, Eq. 4, Algorithm 1).
 
     Seed "Back to Basics ... Generative Probabilities": over-confident completions (``c_o`` above the
     reference confidence) are pushed down and under-confident ones up, which counters the sharpening
@@ -203,7 +204,8 @@ def dsgrpo_advantages(
     correct_threshold: float = 0.0,
     granularity: str = "sequence_sum",
 ) -> torch.Tensor:
-    """DS-GRPO differential smoothing (Sec. 3.5 / 4.2, rollout-policy form of App. B.3).
+    """DS-GRPO differential smoothing (arXiv 2511.19942, Sec. 3.5 / 4.2, rollout-policy form of App. B.3; the change is
+    stated in prose, no numbered equation is pinned).
 
     Seed "Differential Smoothing Mitigates Sharpening": correct completions (``reward > correct_threshold``)
     get ``A - gamma_p * L`` (an entropy bonus: low-probability correct answers are reinforced more, fighting
@@ -254,7 +256,7 @@ def ppl_shaped_advantages(
     alpha: float = 0.01,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Perplexity-shaped advantages ``A~ = A * (1 - alpha * w)`` (STILL report, Eq. 7 and 11).
+    """Perplexity-shaped advantages ``A~ = A * (1 - alpha * w)`` (STILL report, arXiv 2508.07534, Eq. 7 and Eq. 11).
 
     "From Trial-and-Error to Improvement": ``lnPPL = -lbar`` (``lbar`` the length-averaged logp,
     0 for an empty row) and ``w = (lnPPL - mean_group) / (std_group + eps)`` (unbiased std). Among
@@ -277,6 +279,18 @@ def ppl_shaped_advantages(
     return restore(a * (1.0 - alpha * w).unsqueeze(-1))
 
 
+def check_position_bonus_shape(direction: float, scale: float, center: float) -> None:
+    """Refuse a position-bonus shape that Eq. 8 does not define (one check for the trainer's config and verl's)."""
+    import math
+
+    if direction not in (1.0, -1.0):
+        raise ValueError(f"position_bonus_direction is {direction} but must be 1 (bonus rising towards the end of the "
+                         "response) or -1 (falling): it is d in STILL's Eq. 8")
+    if not (math.isfinite(scale) and math.isfinite(center)):
+        raise ValueError(f"position_bonus_scale and position_bonus_center must be finite; got {scale} and {center} "
+                         "(report: 15 and 0.5)")
+
+
 def position_bonus_advantages(
     advantages: torch.Tensor,
     completion_mask: torch.Tensor,
@@ -287,11 +301,12 @@ def position_bonus_advantages(
 ) -> torch.Tensor:
     """Per-token position bonus ``A~_t = A + sign(A) * gamma * sigmoid(direction*scale*(l_t - center))``.
 
-    STILL report Eq. 8 and 12, ``b_t = gamma * sigmoid(d * m * (l_t - n))`` with ``d = direction``, ``m = scale``,
-    ``n = center``: ``l_t = t / (n_valid - 1)`` is the relative position of a valid token (1.0 for a one-token
-    completion), so with ``direction=1`` tokens late in the answer, where the conclusion is drawn, get up to
-    ``gamma`` extra magnitude while early tokens get ~0 (``direction=-1`` reverses it). The bonus keeps the sign of
-    ``A``; ``A == 0`` stays 0. Padding keeps ``A``. ``t`` counts valid tokens (the column index for right-padded rows).
+    STILL report (arXiv 2508.07534) Eq. 8 and Eq. 12, ``b_t = gamma * sigmoid(d * m * (l_t - n))`` with
+    ``d = direction``, ``m = scale``, ``n = center``: ``l_t = t / (n_valid - 1)`` is the relative position of a valid token
+    (1.0 for a one-token completion), so with ``direction=1`` tokens late in the answer, where the conclusion is drawn,
+    get up to ``gamma`` extra magnitude while early tokens get ~0 (``direction=-1`` reverses it). The bonus keeps the
+    sign of ``A``; ``A == 0`` stays 0. Padding keeps ``A``. ``t`` counts valid tokens (the column index for right-padded
+    rows).
 
     Re-centred: the report prints ``n = -0.5``. Read literally, ``sigmoid(15 * (l + 0.5))`` is >= sigmoid(7.5) =
     0.9994 for every ``l`` in [0, 1], a flat ~gamma bonus for ``d = 1`` and ~0 (<= 5.5e-4 * gamma) for ``d = -1``,

@@ -3,12 +3,15 @@
 Conventions as in ``advantages.py``: ``B = num_prompts * G`` rows, the ``G`` completions of a prompt contiguous.
 A NaN reward (a completion no reward function could score) is left out of its group, as TRL leaves it out of the
 group mean and std, and gets advantage 0. Combinatorial weights are exact integers (``math.comb``) turned into
-float64 ratios, so nothing overflows for any group size TRL allows. Groups are small (G <= a few hundred), so
-each group is handled in a short Python loop.
+float64 ratios, so nothing overflows for any group size TRL allows. Those ratios depend only on the group size, k and a
+count (of wrong or scored completions), so they are tabulated once per (G, k) on the host and looked up on the
+rewards' device: `passk_advantages`, `pkpo_transform` and `pkpo_advantages` run no Python loop over groups and read
+nothing back from the device.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -66,69 +69,106 @@ def passk_advantages(
     """
     _check_k(k)
     c = flat_rows(correct, "correct").bool()
-    v = torch.ones_like(c) if valid is None else flat_rows(valid, "valid").bool()
+    v = torch.ones_like(c) if valid is None else flat_rows(valid, "valid").bool().to(c.device)
     n_groups = check_groups(c.shape[0], num_generations)
-    out = torch.zeros(c.shape[0], dtype=torch.float64)
-    for g in range(n_groups):
-        rows = slice(g * num_generations, (g + 1) * num_generations)
-        vg, cg = v[rows].cpu(), c[rows].cpu()
-        n = int(vg.sum())
-        if n == 0:
-            continue
-        kk = min(int(k), n)
-        n_neg = int((vg & ~cg).sum())
-        mean = 1.0 - math.comb(n_neg, kk) / math.comb(n, kk)
-        sigma = math.sqrt(max(mean * (1.0 - mean), 0.0)) + eps if scale else 1.0
-        a_pos = (1.0 - mean) / sigma
-        a_neg = (1.0 - mean - math.comb(max(n_neg - 1, 0), kk - 1) / math.comb(n - 1, kk - 1)) / sigma \
-            if n_neg > 0 else 0.0
-        group = torch.where(cg, torch.tensor(a_pos, dtype=torch.float64), torch.tensor(a_neg, dtype=torch.float64))
-        out[rows] = torch.where(vg, group, torch.zeros((), dtype=torch.float64))
-    return out.to(torch.float32).to(c.device)
+    cg, vg = c.view(n_groups, num_generations), v.view(n_groups, num_generations)
+    n = vg.sum(dim=1)
+    n_neg = (vg & ~cg).sum(dim=1)
+    all_wrong, wrong_given_wrong = _on_device(_passk_tables, c.device, num_generations, int(k))
+    mean = 1.0 - all_wrong[n, n_neg]  # R; a group without a scored row gets 0 below (no valid row)
+    a_pos = 1.0 - mean
+    a_neg = torch.where(n_neg > 0, 1.0 - mean - wrong_given_wrong[n, n_neg], torch.zeros_like(mean))
+    if scale:
+        sigma = (mean * (1.0 - mean)).clamp(min=0.0).sqrt() + eps
+        a_pos, a_neg = a_pos / sigma, a_neg / sigma
+    out = torch.where(cg, a_pos.unsqueeze(1), a_neg.unsqueeze(1))
+    out = torch.where(vg, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return out.reshape(-1).to(torch.float32)
 
 
-def _subset_weights(n: int, k: int) -> torch.Tensor:
-    """``W[i, j]`` (0-based ascending sort positions): the share of the k-subsets containing sample ``i`` whose
-    largest member is sample ``j``, i.e. ``C(j-1, k-1)`` for ``j = i`` and ``C(j-2, k-2)`` for ``j > i`` (1-based
-    counts), divided by ``C(n-1, k-1)``, the number of k-subsets that contain ``i``."""
-    w = torch.zeros(n, n, dtype=torch.float64)
-    total = math.comb(n - 1, k - 1)
-    for i in range(n):
-        w[i, i] = math.comb(i, k - 1) / total
-        if k >= 2:
-            for j in range(i + 1, n):
-                w[i, j] = math.comb(j - 1, k - 2) / total
-    return w
+@functools.lru_cache(maxsize=64)
+def _on_device(tables, device: torch.device, *key) -> tuple[torch.Tensor, ...]:
+    """`tables(*key)` moved to `device` once (the copy to an accelerator is made on the first call only)."""
+    return tuple(t.to(device) for t in tables(*key))
 
 
-def _rho(sorted_g: torch.Tensor, k: int) -> float:
-    """Unbiased max@k estimate of ascending-sorted rewards (PKPO Eq. 12): sum_i C(i-1, k-1) g_(i) / C(n, k)."""
-    n = sorted_g.numel()
-    if k > n:
-        raise ValueError(f"k={k} is larger than the {n} samples")
-    weights = torch.tensor([math.comb(i, k - 1) for i in range(n)], dtype=torch.float64) / math.comb(n, k)
-    return float((weights * sorted_g).sum())
+@functools.lru_cache(maxsize=64)
+def _passk_tables(size: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k Training's two combinatorial ratios for every group that a group of ``size`` rows can be, float64
+    ``(size + 1, size + 1)`` tables indexed ``[n, n_neg]`` (``n`` scored rows, ``n_neg`` of them wrong, ``k' = min(k,
+    n)``): ``C(n_neg, k') / C(n, k')``, the share of k'-subsets that are all wrong, and ``C(n_neg - 1, k' - 1) /
+    C(n - 1, k' - 1)``, the share of those containing a given wrong completion that are all wrong (0 for ``n_neg =
+    0``). Exact integer ratios, each rounded once to float64 (Python's int division). Built on the host once per
+    ``(size, k)``: a loop over the possible counts, never over a batch's groups."""
+    all_wrong = [[0.0] * (size + 1) for _ in range(size + 1)]
+    wrong_given_wrong = [[0.0] * (size + 1) for _ in range(size + 1)]
+    for n in range(1, size + 1):
+        kk = min(k, n)
+        subsets, with_one = math.comb(n, kk), math.comb(n - 1, kk - 1)
+        for n_neg in range(n + 1):
+            all_wrong[n][n_neg] = math.comb(n_neg, kk) / subsets
+            if n_neg > 0:
+                wrong_given_wrong[n][n_neg] = math.comb(n_neg - 1, kk - 1) / with_one
+    return (torch.tensor(all_wrong, dtype=torch.float64), torch.tensor(wrong_given_wrong, dtype=torch.float64))
 
 
-def _pkpo_group(g: torch.Tensor, k: int, estimator: str) -> torch.Tensor:
-    """Transformed rewards of one group (float64, original order); see `pkpo_transform`."""
-    n = g.numel()
-    order = torch.sort(g, stable=True).indices
-    sg = g[order]
-    s = _subset_weights(n, k) @ sg  # (n/k) s_i: mean over the k-subsets containing i of their max reward
-    if estimator in ("sloo", "sloo_minus_one") and n > 1:
-        if estimator == "sloo" and k > n - 1:
-            raise ValueError(f"pkpo_estimator 'sloo' needs k <= G - 1 (k={k}, G={n}); use 'sloo_minus_one'")
-        # The baseline of i at our (n/k) scale is `factor * rho_kb(g without i)` (see `pkpo_transform`).
-        kb, factor = (k, n / (n - 1)) if estimator == "sloo" else (max(k - 1, 1), 1.0)
-        base = torch.empty(n, dtype=torch.float64)
-        for i in range(n):
-            rest = torch.cat([sg[:i], sg[i + 1:]])
-            base[i] = _rho(rest, kb)
-        s = s - (base if factor == 1.0 else factor * base)
-    out = torch.empty_like(s)
-    out[order] = s
-    return out
+def _pkpo_kk(n: int, k: int, estimator: str) -> tuple[int, int, float]:
+    """For a group of ``n`` scored rewards: the k it uses, the k of its leave-one-out baseline (0: none) and the
+    baseline's factor (see `pkpo_transform`). One scored reward has no other to compare with: no baseline (``"s"``)."""
+    kk = min(k, n)
+    if n == 1 or estimator == "s":
+        return kk, 0, 0.0
+    if estimator == "sloo":
+        kk = min(kk, n - 1)
+        return kk, kk, n / (n - 1)
+    return kk, max(kk - 1, 1), 1.0  # sloo_minus_one
+
+
+@functools.lru_cache(maxsize=64)
+def _pkpo_tables(size: int, k: int, estimator: str) -> tuple[torch.Tensor, ...]:
+    """PKPO's weights for every group that a group of ``size`` rows can be, float64 tables indexed ``[n, j]`` (``n``
+    scored rewards, ``j`` a 0-based position in their ascending order; 0 past ``n``):
+
+    * ``own[n, j] = C(j, k'-1) / C(n-1, k'-1)``: the share of the k'-subsets containing sample ``j`` whose largest
+      member is ``j`` itself;
+    * ``above[n, j] = C(j-1, k'-2) / C(n-1, k'-1)`` (``j >= 1``, ``k' >= 2``): the share of those containing a smaller
+      sample ``i < j`` whose largest member is ``j``;
+    * ``loo[n, p] = C(p, kb-1) / C(n-1, kb)``: the weight of the ``p``-th smallest of the other ``n - 1`` rewards in
+      ``rho_kb`` (Eq. 12), the leave-one-out baseline's estimate;
+    * ``factor[n]``: the baseline's factor (0 where there is none).
+
+    So that ``s_i = own[i] g_i + sum_{j > i} above[j] g_j`` and the baseline of ``i`` is ``sum_{p < i} loo[p] g_p +
+    sum_{p > i} loo[p - 1] g_p``: prefix and suffix sums over the sorted group, no per-group loop. The first two are
+    exact integer ratios rounded once; ``loo`` divides the two counts as floats, as PKPO's ``rho`` does. Built on the
+    host once per ``(size, k, estimator)``."""
+    own = [[0.0] * size for _ in range(size + 1)]
+    above = [[0.0] * size for _ in range(size + 1)]
+    loo = [[0.0] * size for _ in range(size + 1)]
+    factor = [0.0] * (size + 1)
+    for n in range(1, size + 1):
+        kk, kb, factor[n] = _pkpo_kk(n, k, estimator)
+        with_j = math.comb(n - 1, kk - 1)
+        for j in range(n):
+            own[n][j] = math.comb(j, kk - 1) / with_j
+            if kk >= 2 and j >= 1:
+                above[n][j] = math.comb(j - 1, kk - 2) / with_j
+        if kb:
+            subsets = float(math.comb(n - 1, kb))
+            for p in range(n - 1):
+                loo[n][p] = float(math.comb(p, kb - 1)) / subsets
+    return tuple(torch.tensor(t, dtype=torch.float64) for t in (own, above, loo, factor))
+
+
+def _suffix_after(x: torch.Tensor) -> torch.Tensor:
+    """``out[:, i] = sum_{j > i} x[:, j]`` (a reversed cumulative sum, shifted by one)."""
+    total = x.flip(1).cumsum(1).flip(1)
+    return torch.cat([total[:, 1:], torch.zeros_like(total[:, :1])], dim=1)
+
+
+def _prefix_before(x: torch.Tensor) -> torch.Tensor:
+    """``out[:, i] = sum_{j < i} x[:, j]``."""
+    total = x.cumsum(1)
+    return torch.cat([torch.zeros_like(total[:, :1]), total[:, :-1]], dim=1)
 
 
 def pkpo_transform(rewards: torch.Tensor, num_generations: int, k: int, estimator: str = "sloo_minus_one"
@@ -161,19 +201,21 @@ def pkpo_transform(rewards: torch.Tensor, num_generations: int, k: int, estimato
         raise ValueError(f"pkpo_estimator must be one of {', '.join(PKPO_ESTIMATORS)}; got {estimator!r}")
     r = to_f32(flat_rows(rewards, "rewards"))
     n_groups = check_groups(r.shape[0], num_generations)
-    out = torch.full(r.shape, float("nan"), dtype=torch.float64)
-    rc = r.detach().cpu().to(torch.float64)
-    for gi in range(n_groups):
-        idx = torch.arange(gi * num_generations, (gi + 1) * num_generations)
-        ok = idx[~torch.isnan(rc[idx])]
-        if ok.numel() == 0:
-            continue
-        kk = min(int(k), ok.numel())
-        est = "s" if ok.numel() == 1 else estimator
-        if est == "sloo" and kk > ok.numel() - 1:
-            kk = ok.numel() - 1
-        out[ok] = _pkpo_group(rc[ok], kk, est)
-    return out.to(torch.float32).to(r.device)
+    grouped = r.detach().to(torch.float64).view(n_groups, num_generations)
+    ordered, order = torch.sort(grouped, dim=1, stable=True)  # ascending; NaN (unscored) last, in row order
+    scored = ~torch.isnan(ordered)
+    n = scored.sum(dim=1)
+    own, above, loo, factor = _on_device(_pkpo_tables, r.device, num_generations, int(k), estimator)
+    g = torch.where(scored, ordered, torch.zeros((), dtype=ordered.dtype, device=ordered.device))
+    s = own[n] * g + _suffix_after(above[n] * g)  # (n/k) s_i: the mean over the subsets containing i of their max
+    loo_n = loo[n]
+    shifted = torch.cat([torch.zeros_like(loo_n[:, :1]), loo_n[:, :-1]], dim=1)  # loo[p - 1] at position p
+    base = _prefix_before(loo_n * g) + _suffix_after(shifted * g)  # rho_kb of the group without sample i
+    f = factor[n].unsqueeze(1)
+    s = torch.where(f == 1.0, s - base, s - f * base)  # factor 0 (no baseline): s - 0 * base = s
+    s = torch.where(scored, s, torch.full((), float("nan"), dtype=s.dtype, device=s.device))
+    out = torch.empty_like(s).scatter_(1, order, s)
+    return out.reshape(-1).to(torch.float32)
 
 
 def pkpo_advantages(rewards: torch.Tensor, num_generations: int, k: int, estimator: str = "sloo_minus_one",
@@ -185,6 +227,12 @@ def pkpo_advantages(rewards: torch.Tensor, num_generations: int, k: int, estimat
     leave-one-out baseline (Eq. 29/33), built without sample ``i`` so that it keeps the gradient unbiased; they are
     not re-centred on the group mean, which would depend on ``i`` (Sec. 4.2), only divided by the std (``scale``:
     "group" per group, "batch" over the batch, "none" not at all; ``eps`` as TRL's 1e-4). NaN rewards get 0.
+
+    A group with one scored reward gets 0, whatever ``estimator`` and ``scale``: its leave-one-out baseline and its
+    std are undefined (no other sample), and every other group-relative advantage of the package (GRPO as TRL computes
+    it, Pass@k Training, MaxRL, QAE) gives such a group 0 too. (Before, the baselined estimators returned its raw
+    reward, divided by ``eps`` when ``num_generations`` was 1.) The other groups' numbers are unchanged (such a group's
+    transformed reward still counts in the batch std of ``scale="batch"``, as before).
     """
     t = pkpo_transform(rewards, num_generations, k, estimator)
     if estimator == "s":
@@ -199,6 +247,8 @@ def pkpo_advantages(rewards: torch.Tensor, num_generations: int, k: int, estimat
     else:
         raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
     adv = t if std is None else t / (std + eps)
+    alone = (~torch.isnan(t)).view(-1, num_generations).sum(dim=1) < 2
+    adv = torch.where(alone.repeat_interleave(num_generations), torch.zeros_like(adv), adv)
     return torch.nan_to_num(adv, nan=0.0)
 
 

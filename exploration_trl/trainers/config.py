@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 from trl import GRPOConfig
 
+from ..core.advantages import check_position_bonus_shape
 from ..core.dynamic_sampling import DYNAMIC_SAMPLING_METRICS
 from ..methods import MethodInfo, arxiv_paper, register_shaping
 from ..rewards._base import DEFAULT_CORRECT_THRESHOLD
@@ -210,12 +210,7 @@ class ExplorationGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.position_bonus_num_steps is not None and self.position_bonus_num_steps < 0:
             raise ValueError(f"position_bonus_num_steps must be >= 0 or None, got {self.position_bonus_num_steps}")
-        if self.position_bonus_direction not in (1.0, -1.0):
-            raise ValueError(f"position_bonus_direction is {self.position_bonus_direction} but must be 1 (bonus rising "
-                             "towards the end of the response) or -1 (falling): it is d in STILL's Eq. 8")
-        if not (math.isfinite(self.position_bonus_scale) and math.isfinite(self.position_bonus_center)):
-            raise ValueError(f"position_bonus_scale and position_bonus_center must be finite; got "
-                             f"{self.position_bonus_scale} and {self.position_bonus_center} (report: 15 and 0.5)")
+        check_position_bonus_shape(self.position_bonus_direction, self.position_bonus_scale, self.position_bonus_center)
         check_dynamic_sampling(self)
         if not 0.0 < self.exploration_metrics_top_p <= 1.0:
             raise ValueError(f"exploration_metrics_top_p must be in (0, 1], got {self.exploration_metrics_top_p}")
