@@ -4,7 +4,8 @@ A method module under `exploration_trl/trainers/` decorates its strategy class w
 (the worked example: `docs/writing_a_method.md`). Every table that lists methods reads this registry: the trainers'
 `METHODS` and sides and their composition (`trainers/composition.py`), `exploration-trl train --help`, model cards (the
 trainer's name, the method section, the citations, the hyperparameter table) and the experiments' setting labels and
-published settings. `parse_method` is the one parser of method strings such as `progrpo+casp`.
+default settings (the sourced values, `published`, and ours, `chosen`, kept apart). `parse_method` is the one parser
+of method strings such as `progrpo+casp`.
 
 This module imports nothing from the package, so that every layer may read it, the model cards below the trainers
 included (a trainer writes its card). It therefore holds what has been registered so far: the built-in methods
@@ -76,10 +77,27 @@ class MethodInfo:
     config_prefixes: tuple[str, ...] = ()  #: prefixes of its own config keys (cards, experiment labels)
     metric_prefixes: tuple[str, ...] = ()  #: prefixes of the metrics it logs, e.g. ("casp/",)
     coefficients: Mapping[str, int] = field(default_factory=dict)
-    published: Mapping[str, Any] = field(default_factory=dict)  #: the paper's setting of its own keys
+    #: Its own keys as a source states them (the paper, or its authors' code or scripts), nothing else: each value and
+    #: its source are listed in docs/math.md, "Published settings and their sources" (a test compares the two).
+    published: Mapping[str, Any] = field(default_factory=dict)
+    #: Our setting of its own keys where no source gives one, or where we keep another value than the source's (QAE's
+    #: eps); never a paper's value. Each is listed with its reason in the table that follows the published one in
+    #: docs/math.md, "Sources" (a test compares the two); the methods table marks them "(ours)".
+    chosen: Mapping[str, Any] = field(default_factory=dict)
     where: str = ""  #: where in the paper, for the methods table: "Eq. 4, Sec. 3.2, Alg. 1"
     changes: str = ""  #: what it changes, for the methods table (Markdown; default: `description`)
     knobs_note: str = ""  #: said after its keys in the methods table, e.g. where other presets live
+
+    def __post_init__(self):
+        both = sorted(set(self.published) & set(self.chosen))
+        if both:
+            raise ValueError(f"method {self.name!r}: {', '.join(both)} both published and chosen; a key is either a "
+                             "source's value (published) or ours (chosen)")
+
+    def setting(self) -> dict[str, Any]:
+        """Its setting as the experiments run it by default: the sourced values (`published`) completed by ours
+        (`chosen`). Tables that show it say which keys are ours."""
+        return {**self.published, **self.chosen}
 
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*")

@@ -26,7 +26,8 @@ SMOKE = REPO / "scripts" / "gpu_smoke.sh"
 METHODS = ("grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov")
 SIZES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2.5-7B"}
 
-#: The papers' values (ProGRPO Eq. 4 / Sec. 3.2; DS-GRPO App. B.3; CaSP App. E; Cui et al. 2025 for KL/Clip-Cov).
+#: The papers' values (ProGRPO Eq. 4 / Sec. 3.2; DS-GRPO App. B.3; CaSP App. E; Cui et al. 2025 for KL/Clip-Cov): only
+#: what a source states (docs/math.md, "Published settings and their sources"); ours and inferred ones are below.
 PAPER_VALUES = {
     "grpo": {},
     "progrpo": {"progrpo_alpha": 0.3, "epsilon": 0.2, "epsilon_high": 0.28},  # clip [0.8, 1.28]
@@ -35,17 +36,26 @@ PAPER_VALUES = {
     "casp": {"casp_top_n": 3, "casp_alpha": 0.01, "casp_top1_penalty": 1.1, "casp_entropy_quantile": 0.8},
     "kl_cov": {"kl_cov_ratio": 0.002, "kl_cov_coef": 1.0, "epsilon": math.inf, "epsilon_high": math.inf},
     "clip_cov": {"clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "epsilon": 1.0, "epsilon_high": 1.0},
-    "passk": {"passk_k": 4},
-    "pkpo": {"pkpo_k": 4, "pkpo_estimator": "sloo_minus_one", "pkpo_k_final": 1, "pkpo_k_schedule": "step"},
+    "passk": {},
+    "pkpo": {"pkpo_estimator": "sloo_minus_one"},  # Eq. 33, the paper's lowest-variance estimator
     "unlikely": {"unlikely_beta": 0.25, "unlikely_logp": "mean", "unlikely_rank_among": "group"},
     "maxrl": {"maxrl_eps": 1e-6, "num_generations": 16, "loss_type": "dapo"},  # Table 6, App. F
     "wreinforce": {"wreinforce_lambda": 0.1, "wreinforce_mode": "weighted", "epsilon": 0.2,
                    "entropy_coef": 1e-4},  # App. C.1: entropy bonus 1e-4, clip 0.2
-    "qae": {"qae_k": 0.4, "qae_quantile_method": "inverted_cdf", "num_generations": 16, "epsilon": 0.2,
-            "epsilon_high": 0.28},
+    "qae": {"qae_k": 0.4, "qae_quantile_method": "inverted_cdf", "epsilon": 0.2, "epsilon_high": 0.28},
     "entropy_adv": {"entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0, "epsilon": 0.2, "epsilon_high": 0.28},
-    "outcome_explore": {"outcome_ucb_coef": 0.2, "outcome_ucb_baseline": "constant", "outcome_ucb_b0": 0.5,
-                        "outcome_batch_coef": 0.2},  # the batch penalty's 0.2 is not the paper's: ours, unsourced
+    "outcome_explore": {"outcome_ucb_coef": 0.2, "outcome_ucb_baseline": "constant", "outcome_ucb_b0": 0.5},
+}
+#: Our values where no source gives one (`MethodInfo.chosen`; docs/math.md, "Our values where no source gives one").
+OUR_VALUES = {
+    "passk": {"passk_k": 4},  # the paper studies several k
+    "pkpo": {"pkpo_k": 4, "pkpo_k_final": 1, "pkpo_k_schedule": "step"},  # several k studied; the schedule is ours
+    "outcome_explore": {"outcome_batch_coef": 0.2},  # the paper gives no coefficient for the batch penalty
+    "qae": {"qae_eps": 1e-4},  # TRL's eps kept; the authors' code has verl's 1e-6
+}
+#: Values inferred from the set-up a paper's runs start from, which the paper itself does not state.
+INFERRED_VALUES = {
+    "qae": {"num_generations": 16},  # verl's DAPO recipe, which the authors' README changes in one flag
 }
 #: These methods ship a 0.5B recipe only (their papers train other models or sizes; no 7B set-up to copy).
 SMALL_ONLY_METHODS = ("passk", "pkpo", "unlikely", "maxrl", "wreinforce", "qae", "entropy_adv", "outcome_explore")
@@ -119,6 +129,21 @@ TASK_RECIPES = {
 }
 
 
+def test_the_recipe_tables_label_values_as_the_registry_does():
+    """A value the method registry calls ours (`MethodInfo.chosen`) is never listed here as a paper's, and a paper's
+    value here is the registry's published one wherever the registry has that key."""
+    from exploration_trl.methods import method_info
+    from exploration_trl.trainers import METHODS as REGISTERED
+
+    for method in REGISTERED:
+        info = method_info(method)
+        assert not set(info.chosen) & set(PAPER_VALUES.get(method, {})), method
+        assert {k: OUR_VALUES.get(method, {}).get(k) for k in info.chosen} == dict(info.chosen), method
+        assert not set(info.published) & set(OUR_VALUES.get(method, {})), method
+        shared = set(info.published) & set(PAPER_VALUES.get(method, {}))
+        assert {k: PAPER_VALUES[method][k] for k in shared} == {k: info.published[k] for k in shared}, method
+
+
 def test_every_method_and_size_has_a_recipe():
     expected = {f"{m}_{s}.yaml" for m in METHODS for s in SIZES} | set(TASK_RECIPES)
     expected |= {f"{m}_qwen2.5-0.5b.yaml" for m in SMALL_ONLY_METHODS}
@@ -162,7 +187,8 @@ def test_method_recipe_values(parse, path):
     assert script_args.method == method
     assert model_args.model_name_or_path == setup.get(f"model_{size[len('qwen2.5-'):]}", SIZES[size])
     assert model_args.dtype == "bfloat16"
-    expected = {**COMMON_VALUES, **PAPER_VALUES[method],
+    expected = {**COMMON_VALUES, **PAPER_VALUES[method], **OUR_VALUES.get(method, {}),
+                **INFERRED_VALUES.get(method, {}),
                 **{k: v for k, v in setup.items() if k in ("learning_rate", "dynamic_sampling")}}
     for key, value in expected.items():
         assert getattr(args, key) == value, f"{path.name}: {key}={getattr(args, key)!r}, expected {value!r}"

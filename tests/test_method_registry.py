@@ -23,7 +23,7 @@ from exploration_trl import methods
 
 PACKAGE_ROOT = Path(exploration_trl.__file__).resolve().parent
 #: Where naming a method is the point: the methods themselves, the experiments' settings, each method's core function,
-#: and the front ends that register chosen methods under another framework's names (`integrations/verl.py`).
+#: and the front ends that register chosen methods under another framework's names (`integrations/verl/`).
 ALLOWED = ("trainers", "experiments", "core", "integrations")
 #: `grpo` is TRL's algorithm and the base every method builds on: TRL's own names carry it (`GRPOTrainer`,
 #: `GRPOConfig`, `loss_type: grpo`) and so do the card's tags and the hyperparameter table of TRL's GRPO settings.
@@ -215,7 +215,8 @@ def test_registering_checks_the_record():
 
 def test_each_record_matches_its_trainer():
     """What a built-in record says is what its trainer does: it logs metrics under its metric prefixes, its config has
-    keys under its config prefixes, and its published setting and coefficients are keys of its config."""
+    keys under its config prefixes, and its published setting, its own values and coefficients are keys of its
+    config."""
     for name, (trainer, config) in methods.METHODS.items():
         info = methods.method_info(name)
         source = Path(sys.modules[trainer.__module__].__file__).read_text()
@@ -223,5 +224,5 @@ def test_each_record_matches_its_trainer():
         for prefix in info.metric_prefixes:  # `"casp/forking_frac"`, or the prefix handed to a helper (`"kl_cov"`)
             assert f'"{prefix}' in source or f'"{prefix.rstrip("/")}"' in source, (name, prefix)
         assert all(any(k.startswith(p) for k in keys) for p in info.config_prefixes), name
-        assert set(info.published) | set(info.coefficients) <= keys, name
+        assert set(info.published) | set(info.chosen) | set(info.coefficients) <= keys, name
         assert info.side == "none" or info.metric_prefixes, name

@@ -95,6 +95,8 @@ def test_advantages_are_the_core_function_of_the_batch(method, options, expected
     # one, down); K = 0.8: the 4th smallest, 1 in both.
     ("qae", {}, [QAE_UNIT, 0, 0, 0, 0, 0, 0, -QAE_UNIT]),
     ("qae", {"qae_k": 0.8}, [0, -QAE_UNIT, -QAE_UNIT, -QAE_UNIT, 0, 0, 0, -QAE_UNIT]),
+    # qae_eps: the authors' code's 1e-6 instead of TRL's 1e-4 (the default, QAE_UNIT = 1 / 0.5001): 1 / 0.500001.
+    ("qae", {"qae_eps": 1e-6}, [1 / 0.500001, 0, 0, 0, 0, 0, 0, -1 / 0.500001]),
 ])
 def test_advantages_match_hand_worked_numbers(method, options, expected, ckpt, tmp_path):
     trainer, batches, _ = run(method, ckpt, tmp_path, reward=pattern_reward, max_steps=2,
@@ -294,6 +296,7 @@ def test_a_method_that_acts_is_quiet(method, ckpt, tmp_path):
     ("maxrl", {"maxrl_eps": -1.0}, "maxrl_eps is -1.0 but must be >= 0"),
     ("wreinforce", {"wreinforce_mode": "both"}, "wreinforce_mode must be one of weighted, psr, nsr; got 'both'"),
     ("qae", {"qae_k": 1.5}, r"qae_k is 1.5 but must lie in \(0, 1\)"),
+    ("qae", {"qae_eps": -1e-6}, "qae_eps is -1e-06 but must be >= 0"),
     ("entropy_adv", {"entropy_adv_kappa": 1.0}, "entropy_adv_kappa is 1.0 but must be > 1"),
     ("outcome_explore", {"outcome_ucb_baseline": "max"},
      "outcome_ucb_baseline must be one of none, constant, mean, mean_batch, mean_loo; got 'max'"),

@@ -44,6 +44,23 @@ def test_boxed_preset_exactly_one_balanced():
     ]
 
 
+def test_format_and_accuracy_read_one_box_syntax():
+    """`\\fbox{3}` is graded (math_accuracy reads \\boxed and \\fbox) and passes the boxed format check; a completion
+    with one box passes the format check exactly when the grader reads its answer from that box."""
+    from exploration_trl.rewards import math_accuracy
+    from exploration_trl.rewards.math import extract_final_answer
+
+    fmt = make_format_reward(preset="boxed")
+    assert math_accuracy(["so \\fbox{3}."], answer=["3"]) == [1.0]
+    assert fmt(["so \\fbox{3}.", "so \\fbox {3}.", "\\fbox{3} and \\boxed{3}", "\\fbox 3", "\\fbox{3"]) == [
+        1.0, 1.0, 0.0, 0.0, 0.0]
+    texts = ["\\boxed{1}", "\\fbox{1}", "\\boxed {1}", "\\boxed 1", "\\fbox 1", "\\mbox{1}", "\\boxed{\\frac{1}{2}}",
+             "\\framebox{1}", "the answer is 1"]
+    read = [(extract_final_answer(t) or ("none",))[0] == "boxed" for t in texts]
+    assert read == [True, True, True, False, False, False, True, False, False]
+    assert fmt(texts) == [float(r) for r in read]
+
+
 def test_custom_pattern_and_errors():
     fmt = make_format_reward(pattern=r"ANSWER: \d+", flags=0)
     assert fmt(["ANSWER: 12", "answer: 12", "ANSWER: 12\nmore"]) == [1.0, 0.0, 0.0]

@@ -2,9 +2,10 @@
 (docs/api/trainers.md), generated from the method registry: a method registered in its own module appears in all
 three once this runs, without an edit to any of them.
 
-Each method's row comes from its `MethodInfo` (`where`, `changes`, `knobs_note`, its paper) and its config class: the
-keys it adds and the defaults it changes relative to `ExplorationGRPOConfig`, at their defaults. The generated text
-sits between marker comments; `tests/test_methods_reference.py` regenerates it and fails when a file differs.
+Each method's row comes from its `MethodInfo` (`where`, `changes`, `knobs_note`, its paper, and `chosen`: the defaults
+marked ours) and its config class: the keys it adds and the defaults it changes relative to `ExplorationGRPOConfig`,
+at their defaults. The generated text sits between marker comments; `tests/test_methods_reference.py` regenerates it
+and fails when a file differs.
 
 Regenerate from the repository root with `python -m exploration_trl.cli.methods_reference` (`--check` only compares).
 """
@@ -18,6 +19,12 @@ from pathlib import Path
 COMMAND = "python -m exploration_trl.cli.methods_reference"
 TABLE_START, TABLE_END = "<!-- methods-table:start -->", "<!-- methods-table:end -->"
 API_START, API_END = "<!-- methods-api:start -->", "<!-- methods-api:end -->"
+#: The knobs column's header: the defaults are not all a paper's. "(ours)" marks `MethodInfo.chosen`; docs/math.md
+#: lists each sourced value (`MethodInfo.published`) with its source; docs/methods.md explains the other options.
+KNOBS_HEADER = ("key knobs (defaults; \"(ours)\": our value where the paper gives none or another; the sourced values "
+                "with their sources: docs/math.md; the choices the papers leave open: docs/methods.md)")
+#: After a knob whose default is ours (`MethodInfo.chosen`).
+OURS = "(ours)"
 #: Files and the blocks generated in them, relative to the repository root.
 FILES = {"README.md": ("table",), "docs/methods.md": ("table",), "docs/api/trainers.md": ("api",)}
 
@@ -45,11 +52,12 @@ def table() -> str:
     from ..methods import METHODS, method_info, shapings
     from ..trainers import ExplorationGRPOConfig
 
-    rows = ["| `method` | paper | what it changes | key knobs (defaults = paper values) |", "|---|---|---|---|"]
+    rows = [f"| `method` | paper | what it changes | {KNOBS_HEADER} |", "|---|---|---|---|"]
 
     def row(name: str, info, keys: list[str]) -> str:
         paper = f"{info.display}: [{info.paper.short}]({info.paper.url})"
         where = f", {info.where}" if info.where else ""
+        keys = [f"{k} {OURS}" if k.startswith("`") and k[1:].split("=", 1)[0] in info.chosen else k for k in keys]
         listed = ", ".join(keys) + (f" {info.knobs_note}" if keys and info.knobs_note else info.knobs_note)
         return (f"| {name} | {_cell(paper + where)} | {_cell(info.changes or info.description)} | "
                 f"{_cell(listed or '-')} |")

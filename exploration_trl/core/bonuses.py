@@ -27,7 +27,8 @@ OUTCOME_UCB_BASELINES = ("none", "constant", "mean", "mean_batch", "mean_loo")
 def entropy_shaped_advantages(advantages: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor,
                               alpha: float = 0.4, kappa: float = 2.0) -> torch.Tensor:
     """Entropy-based advantage shaping (Cheng et al. 2025, "Reasoning with Exploration: An Entropy Perspective",
-    Eq. 5 and 6): `A_t + psi(H_t)` with `psi(H_t) = min(alpha * H_t.detach(), |A_t| / kappa)`, float32 `(B, T)`.
+    arXiv 2506.14758, Eq. 5 and Eq. 6): `A_t + psi(H_t)` with `psi(H_t) = min(alpha * H_t.detach(), |A_t| / kappa)`,
+    float32 `(B, T)`.
 
     `H_t` is the current policy's entropy at each completion token (Eq. 4), detached: the term changes how much a
     token is pushed, not a gradient of the entropy. `psi >= 0` is added to positive and negative advantages alike;
@@ -45,8 +46,9 @@ def entropy_shaped_advantages(advantages: torch.Tensor, entropies: torch.Tensor,
 def outcome_ucb_bonus(counts: torch.Tensor, has_answer: torch.Tensor, num_generations: int,
                       baseline: str = "constant", b0: float = 0.5) -> torch.Tensor:
     """Historical outcome exploration (Song, Kempe and Munos 2025, "Outcome-based Exploration for LLM Reasoning",
-    Sec. 3.1): `b = min(1, 1 / sqrt(N(x, a)))`, float32 `(B,)`, where `counts` holds N(x, a), how often the
-    completion's final answer `a` was sampled for its prompt `x` before this batch (0 for a new answer: bonus 1).
+    arXiv 2509.06941, Sec. 3.1; no numbered equation is pinned): `b = min(1, 1 / sqrt(N(x, a)))`, float32 `(B,)`, where
+    `counts` holds N(x, a), how often the completion's final answer `a` was sampled for its prompt `x` before this batch
+    (0 for a new answer: bonus 1).
 
     `baseline`: "none" (UCB) adds `b`; "constant" (UCB-Con, the paper's best historical variant) adds `b - b0`, so
     answers seen more than `1 / b0^2` times are pushed down; "mean" (UCB-Mean) subtracts the mean bonus of the
@@ -79,10 +81,10 @@ def outcome_ucb_bonus(counts: torch.Tensor, has_answer: torch.Tensor, num_genera
 
 
 def outcome_batch_penalty(answer_ids: torch.Tensor, has_answer: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """Batch outcome exploration (Song, Kempe and Munos 2025, Sec. 3.2): `-(1/G) * sum_{j != i} 1{a_i = a_j}` over
-    the completion's group, float32 `(B,)`: each completion is penalised by the share of its group that gave the
-    same final answer. `answer_ids` `(B,)` are integer keys of the final answers (equal answers, equal keys);
-    rows without an answer neither get nor cause a penalty.
+    """Batch outcome exploration (Song, Kempe and Munos 2025, arXiv 2509.06941, Sec. 3.2; no numbered equation is
+    pinned): `-(1/G) * sum_{j != i} 1{a_i = a_j}` over the completion's group, float32 `(B,)`: each completion is
+    penalised by the share of its group that gave the same final answer. `answer_ids` `(B,)` are integer keys of the
+    final answers (equal answers, equal keys); rows without an answer neither get nor cause a penalty.
     """
     ids = flat_rows(answer_ids, "answer_ids")
     has = flat_rows(has_answer, "has_answer").bool().to(ids.device)

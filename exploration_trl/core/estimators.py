@@ -40,7 +40,8 @@ def _valid_rows(correct: torch.Tensor, valid: torch.Tensor | None) -> tuple[torc
 
 def maxrl_advantages(correct: torch.Tensor, num_generations: int, valid: torch.Tensor | None = None,
                      eps: float = 1e-6) -> torch.Tensor:
-    """MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", Eq. 11 and Algorithm 1).
+    """MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", arXiv 2602.02710, Eq. 11 and
+    Algorithm 1).
 
     With binary rewards `r` (`correct`), each completion's advantage is its reward minus the group's mean reward
     `r_hat`, divided by that mean: `A = (r - r_hat) / (r_hat + eps)` (Eq. 11, the estimator of Eq. 10 with the group
@@ -69,8 +70,8 @@ def maxrl_advantages(correct: torch.Tensor, num_generations: int, valid: torch.T
 def weighted_reinforce_advantages(correct: torch.Tensor, valid: torch.Tensor | None = None,
                                   positive_weight: float = 0.1, mode: str = "weighted") -> torch.Tensor:
     """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM
-    Reasoning", Sec. 5, Eq. 9; the objective `lambda * L_PSR + L_NSR` with rewards +1 / -1 and no baseline, L_PSR
-    and L_NSR as Eq. 3 and 4).
+    Reasoning", arXiv 2506.01347, Sec. 5, Eq. 9; the objective `lambda * L_PSR + L_NSR` with rewards +1 / -1 and no
+    baseline, L_PSR and L_NSR as Eq. 3 and Eq. 4).
 
     `mode="weighted"` (W-REINFORCE): a correct completion's advantage is `positive_weight` (the paper's lambda =
     0.1), a wrong one's -1. `"psr"` (positive sample reinforcement only): +1 and 0. `"nsr"` (negative sample
@@ -113,8 +114,8 @@ def _inverted_cdf(grouped: torch.Tensor, k: float) -> torch.Tensor:
 
 def quantile_advantages(rewards: torch.Tensor, num_generations: int, k: float = 0.4,
                         method: str = "inverted_cdf", scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
-    """Quantile Advantage Estimation (Wu et al. 2025, arXiv 2509.22611, Sec. 4): GRPO with the group's mean
-    replaced by its K-quantile, `A = (r - b_K) / (std_group(r) + eps)`.
+    """Quantile Advantage Estimation (Wu et al. 2025, arXiv 2509.22611, Sec. 4, Eq. 3 and Eq. 4): GRPO with the
+    group's mean replaced by its K-quantile, `A = (r - b_K) / (std_group(r) + eps)`.
 
     `method="inverted_cdf"` is the paper's right-continuous quantile `b_K = inf{x : F_hat(x) >= K}`; on binary
     rewards it is 0 while the share of correct completions is at most `1 - K` (only correct completions get a

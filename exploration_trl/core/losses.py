@@ -52,7 +52,7 @@ def casp_ratio(
     alpha: float = 0.01,
     top1_penalty: float = 1.1,
 ) -> torch.Tensor:
-    """CaSP importance ratio, float32 ``(B, T)`` (Eq. 4 gamma+, Eq. 5 gamma-, Appendix A, Figure 10).
+    """CaSP importance ratio, float32 ``(B, T)`` (arXiv 2510.14807, Eq. 4 gamma+, Eq. 5 gamma-, App. A, Figure 10).
 
     Seed "Beyond the Sampled Token". ``r = exp(log_ratio)``, ``aux = sum_n (r'/r_n') * r_n`` with
     ``'`` a stop-gradient, ``w = forking``:
@@ -136,7 +136,8 @@ def kl_cov_per_token_loss(
     kl_cov_ratio: float = 0.002,
     kl_coef: float = 1.0,
 ) -> torch.Tensor:
-    """KL-Cov per-token loss, float32 ``(B, T)`` (Cui et al. 2025, KL-Cov, as its official code).
+    """KL-Cov per-token loss, float32 ``(B, T)`` (Cui et al. 2025, arXiv 2505.22617, KL-Cov, as its official code;
+    no numbered equation is pinned).
 
     ``-A * exp(logps - old_logps)`` on every valid token (no clipping) plus
     ``kl_coef * |logps - old_logps|`` on the tokens chosen by ``kl_cov_select``; 0 on padding.
@@ -216,7 +217,8 @@ def clip_cov_per_token_loss(
     epsilon_high: float = 0.2,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Clip-Cov per-token loss ``max(pg1, pg2) * corr``, float32 ``(B, T)`` (Cui et al. 2025, Clip-Cov).
+    """Clip-Cov per-token loss ``max(pg1, pg2) * corr``, float32 ``(B, T)`` (Cui et al. 2025, arXiv 2505.22617,
+    Clip-Cov, as its official code; no numbered equation is pinned).
 
     ``pg1 = -A r``, ``pg2 = -A clip(r, 1-epsilon_low, 1+epsilon_high)``; ``corr`` is 0 on the tokens
     chosen by ``clip_cov_select`` (so they contribute neither loss nor gradient) and 1 elsewhere;

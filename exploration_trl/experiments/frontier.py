@@ -32,17 +32,20 @@ BASELINE = "grpo"
 ENTROPY_BONUS = "grpo_entropy"
 INITIAL = "initial_policy"
 
-#: The entropy bonus has no paper value; 0.01 is the usual LLM coefficient.
+#: The entropy bonus has no paper value; 0.01 is the usual LLM coefficient (ours: `ours` names it).
 ENTROPY_BONUS_PUBLISHED = {"entropy_coef": 0.01}
 #: Where a sweep's published point differs from the record's: DS-GRPO's keeps 0.2.0's `token` form, the one the
-#: documented sweeps and curves ran (the default `sequence_sum` is its own grid point).
+#: documented sweeps and curves ran (the default `sequence_sum` is its own grid point). Ours, not the paper's.
 SWEEP_FORM: dict[str, dict[str, Any]] = {"dsgrpo": {"ds_logp_granularity": "token"}}
 
 
 class _Published(Mapping):
-    """`{method: its published setting}`: each registered method's record (`MethodInfo.published`: CaSP App. E,
-    ProGRPO Sec. 4, DS-GRPO's Qwen2.5-Math tables, the KL-Cov / Clip-Cov recipes, ...) with `SWEEP_FORM`, and the
-    entropy bonus's. Every grid contains these points. Always current (a method registered later is in it)."""
+    """`{method: its published setting}`: each registered method's record, the values a source gives
+    (`MethodInfo.published`: CaSP App. E, ProGRPO Sec. 4, DS-GRPO's Qwen2.5-Math tables, the KL-Cov / Clip-Cov
+    recipes, ...) completed by ours where no source gives one (`MethodInfo.chosen`, e.g. outcome exploration's
+    batch-penalty coefficient), with `SWEEP_FORM`, and the entropy bonus's. `ours(method)` names the keys of a point
+    that no source gives, and the findings table marks them. Every grid contains these points. Always current (a
+    method registered later is in it)."""
 
     def _all(self) -> dict[str, dict[str, Any]]:
         from ..methods import method_info
@@ -50,8 +53,9 @@ class _Published(Mapping):
 
         out = {ENTROPY_BONUS: dict(ENTROPY_BONUS_PUBLISHED)}
         for name in METHODS:
-            if method_info(name).published:
-                out[name] = {**method_info(name).published, **SWEEP_FORM.get(name, {})}
+            setting = method_info(name).setting()
+            if setting:
+                out[name] = {**setting, **SWEEP_FORM.get(name, {})}
         return out
 
     def __getitem__(self, method: str) -> dict[str, Any]:
@@ -65,6 +69,18 @@ class _Published(Mapping):
 
 
 PUBLISHED: Mapping[str, dict[str, Any]] = _Published()
+
+
+def ours(method: str) -> dict[str, Any]:
+    """The keys of `PUBLISHED[method]` that no source gives, with their values: the method's `MethodInfo.chosen` and
+    `SWEEP_FORM`, or the whole of the entropy bonus's; {} for a method not in `PUBLISHED`."""
+    if method == ENTROPY_BONUS:
+        return dict(ENTROPY_BONUS_PUBLISHED)
+    if method not in PUBLISHED:
+        return {}
+    from ..methods import method_info
+
+    return {**method_info(method).chosen, **SWEEP_FORM.get(method, {})}
 
 
 def setting_prefixes() -> tuple[str, ...]:
@@ -351,7 +367,7 @@ def format_findings(found: Mapping[str, Any], columns: Sequence[tuple[str, str, 
                     prefixes: Sequence[str] | None = None) -> str:
     """Markdown table of `findings`: each method's best setting, its metrics and the entropy-bonus comparison."""
     header = ["method", "best setting", *(c[1] for c in columns), "beats the entropy bonus at equal accuracy?",
-              f"published setting: {columns[0][1]} / {columns[1][1]}"]
+              f"published setting (ours: keys no source gives): {columns[0][1]} / {columns[1][1]}"]
     lines = []
     diversity = found.get("rule", {}).get("diversity", [None])[0]
     dscale = next((c[3] for c in columns if c[0] == diversity), 1.0)
@@ -359,6 +375,8 @@ def format_findings(found: Mapping[str, Any], columns: Sequence[tuple[str, str, 
         best, published = entry["best"], entry.get("published")
         pub = "-" if published is None else " / ".join(
             f"{scale * published[key]['mean']:.{digits}f}" for key, _, digits, scale in columns[:2])
+        if published is not None and ours(method):
+            pub += f" (ours: {setting_label(ours(method), prefixes)})"
         if best is None:
             lines.append([method, f"none of {entry['num_settings']} reaches the accuracy floor",
                           *(["-"] * len(columns)), "-", pub])

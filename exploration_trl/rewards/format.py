@@ -5,7 +5,9 @@ trailing whitespace stripped) against ``pattern`` with ``re.fullmatch``. Presets
 (``preset=...``):
 
 * ``"think_answer"`` (default): ``<think>...</think>`` then ``<answer>...</answer>``, nothing else;
-* ``"boxed"``: exactly one ``\\boxed{...}`` with balanced braces anywhere in the completion.
+* ``"boxed"``: exactly one ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces anywhere in the completion:
+  the answer syntax ``math_accuracy`` grades (``rewards.math.BOX_COMMANDS``), so a completion whose boxed answer is
+  graded also passes the format check.
 
 The registered reward ``format`` is this factory: ``get_reward("format")`` gives the
 ``think_answer`` check, ``get_reward("format", preset="boxed")`` the boxed one.
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from exploration_trl.rewards._base import completion_to_text, reward_factory, score_each
+from exploration_trl.rewards.math import BOX_COMMANDS, BOX_RE
 
 __all__ = ["FORMAT_PRESETS", "format_reward", "has_single_boxed", "make_format_reward"]
 
@@ -28,13 +31,12 @@ FORMAT_PRESETS = {
     "boxed": None,  # checked by has_single_boxed (balanced braces are not a regular language)
 }
 
-_BOX_START_RE = re.compile(r"\\boxed\s*\{")
-
 
 def has_single_boxed(text: str) -> bool:
-    """True when ``text`` contains exactly one ``\\boxed{...}`` and its braces balance."""
-    starts = list(_BOX_START_RE.finditer(text))
-    if len(starts) != 1 or text.count("\\boxed") != 1:
+    """True when ``text`` contains exactly one box command, ``\\boxed{...}`` or ``\\fbox{...}`` (the ones
+    ``math_accuracy`` reads an answer from), and its braces balance."""
+    starts = list(BOX_RE.finditer(text))
+    if len(starts) != 1 or sum(text.count("\\" + command) for command in BOX_COMMANDS) != 1:
         return False
     depth = 0
     for ch in text[starts[0].end() - 1 :]:

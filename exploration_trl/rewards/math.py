@@ -64,7 +64,10 @@ _MAX_ANSWER_CHARS = 1000
 # Answer extraction (pure string work; no math-verify needed)
 # --------------------------------------------------------------------------------------------
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+#: The answer syntax, one for grading and for the format reward (`format.has_single_boxed`): `\boxed{...}` or
+#: `\fbox{...}` (LaTeX's other box command, which models also write), whitespace allowed before the brace.
+BOX_COMMANDS = ("boxed", "fbox")
+BOX_RE = re.compile(r"\\(?:" + "|".join(BOX_COMMANDS) + r")\s*\{")
 _ANSWER_IS_RE = re.compile(r"answer\s+is\s*[:：]?\s*([^\n]*)", re.IGNORECASE)
 _THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 
@@ -85,7 +88,7 @@ def _balanced_content(text: str, open_brace: int) -> str | None:
 
 def last_boxed_content(text: str) -> str | None:
     """Content of the last balanced ``\\boxed{...}`` or ``\\fbox{...}`` in ``text``."""
-    for match in reversed(list(_BOX_RE.finditer(text))):
+    for match in reversed(list(BOX_RE.finditer(text))):
         content = _balanced_content(text, match.end() - 1)
         if content is not None:
             return content

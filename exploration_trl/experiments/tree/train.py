@@ -40,8 +40,8 @@ OPTIMIZERS = {"adam": "adamw_torch", "sgd": "sgd"}
 #: usually trained, step 0.1: the smallest of 0.05 / 0.1 with which GRPO passes 99.5% accuracy within 200 steps on
 #: every seed (0.05 stays near 99.2%). The table's logits are independent, so no step leaks between states.
 POLICY_DEFAULTS = {"lm": ("sgd", 0.05), "tabular": ("adam", 0.1)}
-#: Per-method defaults for the tree, applied before `--config`: every method runs with its published defaults
-#: (its config class's defaults); only the plain entropy bonus, which has no paper value here, gets a coefficient
+#: Per-method defaults for the tree, applied before `--config`: every method runs with its config class's defaults
+#: (a source's values where one gives them, ours otherwise: `MethodInfo.published` / `chosen`); only the plain entropy bonus, which has no paper value here, gets a coefficient
 #: large enough to matter on a 3-token problem.
 TREE_METHOD_DEFAULTS: dict[str, dict[str, Any]] = {"grpo_entropy": {"entropy_coef": 0.2}}
 

@@ -101,8 +101,8 @@ def _no_answers(ctx, values: list[float]) -> str:
         ["Yuda Song", "Julia Kempe", "Remi Munos"], 2025, "2509.06941", "cs.LG"),
     config_prefixes=("outcome_",), metric_prefixes=("outcome_explore/",),
     coefficients={"outcome_ucb_coef": 0, "outcome_batch_coef": 0},
-    published={"outcome_ucb_coef": 0.2, "outcome_ucb_b0": 0.5, "outcome_batch_coef": 0.2},
-    knobs_note="(the paper gives no coefficient for the batch penalty: `outcome_batch_coef=0.2` is ours)",
+    published={"outcome_ucb_coef": 0.2, "outcome_ucb_b0": 0.5}, chosen={"outcome_batch_coef": 0.2},
+    knobs_note="(the paper gives no coefficient for the batch penalty)",
     where="Sec. 3 (no code public; choices in docs/methods.md)",
     changes=("GRPO's advantage plus `c·(min(1, 1/√N(x,a)) − b0)` for final answers `a` seen N times so far for "
              "prompt `x` (UCB-Con), and `−c_b·(1/G)·#(same answer in the group)`; answers from the reward's own "

@@ -38,7 +38,8 @@ class PasskConfig(ExplorationGRPOConfig):
     paper's analytic per-group std)."""
 
     passk_k: int = field(default=4, metadata={"help": "k of the pass@k objective (1 <= k <= num_generations; 1 is "
-                                                      "GRPO's binary-reward objective with the population std)."})
+                                                      "GRPO's binary-reward objective with the population std; 4 is "
+                                                      "our choice, the paper studies several k)."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -65,7 +66,7 @@ def check_passk_options(config) -> None:
         ["Zhipeng Chen", "Xiaobo Qin", "Youbin Wu", "Yue Ling", "Qinghao Ye", "Wayne Xin Zhao", "Guang Shi"], 2025,
         "2508.10751"),
     config_prefixes=("passk_",), metric_prefixes=("passk/",),
-    coefficients={"passk_k": 0}, published={"passk_k": 4},
+    coefficients={"passk_k": 0}, chosen={"passk_k": 4},
     where="the analytic derivation",
     changes=("advantages of the pass@k objective: each completion gets the mean advantage of the k-subsets of its "
              "group containing it, `A_pos = (1 − R)/σ`, `A_neg = (1 − R − C(N_neg−1, k−1)/C(N−1, k−1))/σ`, `R = 1 − "
@@ -108,7 +109,8 @@ class PKPOConfig(ExplorationGRPOConfig):
     """PKPO (Walder & Karkhanis 2025, arXiv 2505.15201): the unbiased pass@k / max@k reward transform for k <= G
     (`core.pkpo_transform`), with an optional k schedule toward `pkpo_k_final` (the paper's annealing)."""
 
-    pkpo_k: int = field(default=4, metadata={"help": "k of the max@k objective (1 <= k <= num_generations)."})
+    pkpo_k: int = field(default=4, metadata={"help": "k of the max@k objective (1 <= k <= num_generations; 4 is our "
+                                                     "choice, the paper studies several k)."})
     pkpo_estimator: str = field(
         default="sloo_minus_one",
         metadata={"help": "'sloo_minus_one' (Eq. 33, the paper's lowest-variance baseline; default), 'sloo' (Eq. 29, "
@@ -153,7 +155,7 @@ def check_pkpo_options(config) -> None:
         "walder2025pkpo", "Pass@K Policy Optimization: Solving Harder Reinforcement Learning Problems",
         "Walder and Karkhanis, 2025", ["Christian Walder", "Deep Karkhanis"], 2025, "2505.15201"),
     config_prefixes=("pkpo_",), metric_prefixes=("pkpo/",),
-    coefficients={"pkpo_k": 0}, published={"pkpo_k": 4},
+    coefficients={"pkpo_k": 0}, chosen={"pkpo_k": 4},
     where="Eq. 12/19/29/33",
     changes=("the unbiased transform of the group's rewards whose gradient is pass@k's (max@k for graded rewards), "
              "then TRL's normalisation"),
