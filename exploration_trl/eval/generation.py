@@ -47,6 +47,7 @@ from typing import Any
 from exploration_trl.boundary.vllm_engine import cpu_head_size_problem, vllm_runs_on_cpu
 from exploration_trl.boundary.vllm_offline import CPU_KV_CACHE_BYTES, cpu_memory_utilization, vllm_start_error
 from exploration_trl.eval import EvalError
+from exploration_trl.eval.model_source import adapter_dir, first_line, load_model_and_tokenizer
 
 __all__ = [
     "Samples",
@@ -132,79 +133,6 @@ def _render(tokenizer, prompt: Any) -> tuple[str, bool]:
     if isinstance(prompt, str):
         return prompt, True
     raise EvalError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
-
-
-def _adapter_dir(path: str) -> Path | None:
-    p = Path(path).expanduser()
-    return p if (p / "adapter_config.json").is_file() else None
-
-
-def _looks_local(path: str) -> bool:
-    """An existing path, or something that cannot be a Hub id (``name`` or ``owner/name``)."""
-    if Path(path).expanduser().exists():
-        return True
-    return path.startswith((".", "/", "~")) or "\\" in path or len(path.split("/")) > 2
-
-
-def _load_tokenizer(source: str, fallback: str | None = None):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError):
-        if fallback is None:
-            raise
-        return AutoTokenizer.from_pretrained(fallback)
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
-def load_model_and_tokenizer(model: Any, tokenizer: Any = None, dtype: Any = "auto", device: Any = None):
-    """Load ``(model, tokenizer)`` for the transformers backend (see the module docstring)."""
-    import torch
-
-    if isinstance(model, tuple) and len(model) == 2:
-        model, tokenizer = model
-    if not isinstance(model, (str, os.PathLike)):
-        if tokenizer is None:
-            name = getattr(model, "name_or_path", None)
-            if not name:
-                raise EvalError("pass the tokenizer with an in-memory model (tokenizer=... or a (model, tokenizer) pair)")
-            tokenizer = _load_tokenizer(name)
-        return model, tokenizer
-
-    path = str(model)
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if _looks_local(path) and not Path(path).expanduser().exists():
-        raise EvalError(f"model directory not found: {path}")
-    try:
-        adapter = _adapter_dir(path)
-        if adapter is not None:
-            from peft import AutoPeftModelForCausalLM
-
-            base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
-            peft_model = AutoPeftModelForCausalLM.from_pretrained(str(adapter), dtype=dtype, device_map=device)
-            loaded = peft_model.merge_and_unload()
-            if tokenizer is None:
-                tokenizer = _load_tokenizer(str(adapter), fallback=base)
-        else:
-            from transformers import AutoModelForCausalLM
-
-            source = str(Path(path).expanduser()) if _looks_local(path) else path
-            loaded = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, device_map=device)
-            if tokenizer is None:
-                tokenizer = _load_tokenizer(source)
-    except EvalError:
-        raise
-    except (OSError, ValueError) as e:
-        raise EvalError(f"could not load model {path!r}: {_one_line(e)}") from e
-    loaded.to(device)
-    loaded.eval()
-    return loaded, tokenizer
 
 
 class _EntropyRecorder:
@@ -401,7 +329,7 @@ class VLLMGenerator(_Generator):
         self._tmpdir: str | None = None
         path = str(Path(model).expanduser()) if Path(model).expanduser().exists() else str(model)
         tokenizer_path = tokenizer if isinstance(tokenizer, str) else None
-        adapter = _adapter_dir(path)
+        adapter = adapter_dir(path)
         if adapter is not None:
             # vLLM serves merged weights faster than a LoRA request and this matches the transformers path.
             merged, merged_tok = load_model_and_tokenizer(path, dtype=dtype, device="cpu")
@@ -454,7 +382,7 @@ class VLLMGenerator(_Generator):
                 seeds=[None if self._on_cpu else int(s) for s in seeds], logprobs=VLLM_ENTROPY_TOPK, progress=progress,
             )
         except Exception as e:
-            raise EvalError(f"vLLM failed while generating ({type(e).__name__}: {_one_line(e)}); pass --backend "
+            raise EvalError(f"vLLM failed while generating ({type(e).__name__}: {first_line(e)}); pass --backend "
                             "transformers to evaluate without vLLM") from e
         temp = float(sampling.temperature) if not greedy else 1.0
         results = []

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -53,12 +52,14 @@ from exploration_trl.eval.run_folder import (
     _portable,
     default_output_dir,
 )
-from exploration_trl.rewards._base import DEFAULT_CORRECT_THRESHOLD, is_correct
+from exploration_trl.eval.summary import mean_of, summarize
+from exploration_trl.rewards import DEFAULT_CORRECT_THRESHOLD, is_correct
 
 __all__ = [
     "RESULTS_SCHEMA",
     "SAMPLING_KEYS",
     "run_eval",
+    "grade_problem",
     "summarize",
     "load_results",
     "extract_answer",
@@ -100,111 +101,6 @@ def extract_answer(text: str, answer_type: str) -> str | None:
         eq = re.sub(r"\s+", "", eq).split("=")[0]
         return eq if re.fullmatch(r"[\d+\-*/().]+", eq) and re.search(r"\d", eq) else None
     return None
-
-
-# --------------------------------------------------------------------------------------------- summary
-def _mean(values) -> float | None:
-    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return float(sum(vals) / len(vals)) if vals else None
-
-
-def _weighted_entropy(rows, select=None) -> float | None:
-    num = den = 0.0
-    for r in rows:
-        for j, (e, t) in enumerate(zip(r.get("entropies") or [], r.get("num_tokens") or [])):
-            if e is None or not t or (select is not None and bool(r["correct"][j]) != select):
-                continue
-            num += e * t
-            den += t
-    return num / den if den else None
-
-
-def summarize(
-    rows: list[dict],
-    ks: list[int] | None = None,
-    answer_type: str = "math",
-    diversity: bool = True,
-    semantic: bool = True,
-) -> dict[str, Any]:
-    """Summary metrics of finished problems (``samples.jsonl`` rows).
-
-    Returns ``dict(num_problems, n, pass_at_k{k: mean unbiased pass@k}, avg_at_n, maj_at_n, token_entropy
-    (token-weighted mean entropy, nats), token_entropy_correct / _wrong, mean_completion_tokens,
-    truncated_fraction, solution_multiplicity{mean, mean_solved}, diversity_correct{distinct_1, distinct_2,
-    self_bleu, semantic_cosine, num_problems})``. Diversity is averaged over problems with >= 2 correct
-    completions; maj@n and solution multiplicity are ``None`` for code benchmarks.
-    """
-    from exploration_trl.metrics import (
-        avg_at_n,
-        diversity_report,
-        maj_at_n,
-        mean_solution_multiplicity,
-        parse_ks,
-        pass_at_k_curve,
-    )
-    from exploration_trl.metrics.solutions import math_answers_equivalent
-
-    if not rows:
-        raise EvalError("no finished problems to summarise")
-    ns = [len(r["correct"]) for r in rows]
-    cs = [int(sum(bool(x) for x in r["correct"])) for r in rows]
-    n_min = min(ns)
-    ks = parse_ks(ks, n_min, error=EvalError)  # None: 1, 2, 4, ..., n
-    correct = [[bool(x) for x in r["correct"]] for r in rows]
-    summary: dict[str, Any] = {
-        "num_problems": len(rows),
-        "n": n_min if len(set(ns)) == 1 else ns,
-        "pass_at_k": {str(k): v for k, v in pass_at_k_curve(ns, cs, ks).items()},
-        "avg_at_n": avg_at_n(correct),
-    }
-    has_answers = answer_type != "code" and any(a is not None for r in rows for a in r.get("answers") or [])
-    answers = [list(r.get("answers") or [None] * len(r["correct"])) for r in rows]
-    # Math answers count once per value up to math-verify equivalence ("1/2", "\\frac{1}{2}", "0.5"), as the reward
-    # grades them: for the majority vote, and for the distinct solutions of DS-GRPO Eq. 2. Countdown equations are
-    # distinct as strings.
-    same = math_answers_equivalent if answer_type == "math" else None
-    summary["maj_at_n"] = maj_at_n(answers, correct, equivalent=same) if answer_type != "code" else None
-    summary["token_entropy"] = _weighted_entropy(rows)
-    summary["token_entropy_correct"] = _weighted_entropy(rows, True)
-    summary["token_entropy_wrong"] = _weighted_entropy(rows, False)
-    tokens = [t for r in rows for t in (r.get("num_tokens") or [])]
-    summary["mean_completion_tokens"] = _mean(tokens)
-    reasons = [f for r in rows for f in (r.get("finish_reasons") or [])]
-    summary["truncated_fraction"] = (sum(f == "length" for f in reasons) / len(reasons)) if reasons else None
-    summary["solution_multiplicity"] = (
-        {
-            "mean": mean_solution_multiplicity(answers, correct, equivalent=same),
-            "mean_solved": mean_solution_multiplicity(answers, correct, solved_only=True, equivalent=same),
-        }
-        if has_answers
-        else None
-    )
-    if diversity:
-        summary["diversity_correct"] = _diversity(rows, semantic, diversity_report)
-    return clean_json(summary)
-
-
-def _diversity(rows, semantic: bool, diversity_report) -> dict[str, Any]:
-    keys = ["distinct_1", "distinct_2", "self_bleu"] + (["semantic_cosine"] if semantic else [])
-    per_problem: list[dict] = []
-    model = None
-    if semantic and any(sum(map(bool, r["correct"])) >= 2 for r in rows):
-        try:
-            from exploration_trl.metrics import load_embedding_model
-
-            model = load_embedding_model()
-        except (ImportError, OSError) as e:
-            logger.warning("semantic diversity skipped: %s", e)
-            semantic = False
-            keys.remove("semantic_cosine")
-    for r in rows:
-        if sum(map(bool, r["correct"])) < 2:
-            continue
-        rep = diversity_report(r["completions"], semantic=semantic, correct=r["correct"], model=model)
-        per_problem.append(rep)
-    out: dict[str, Any] = {k: _mean(p.get(k) for p in per_problem) for k in keys}
-    out["num_problems"] = len(per_problem)
-    return out
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -412,7 +308,7 @@ def _sample_and_grade(
                 )
                 elapsed = (time.time() - t0) / len(idx)
                 for i, rec, s in zip(idx, recs, samples):
-                    row = _grade(i, rec, s, bench, reward_fn, sampling, elapsed)
+                    row = grade_problem(i, rec, s, bench, reward_fn, sampling, elapsed)
                     _append_row(fh, row)
                     done[i] = row
                     gen_seconds += elapsed
@@ -463,8 +359,8 @@ def _problem_record(row: dict) -> dict:
         "c": int(sum(bool(x) for x in row["correct"])),
         "gold": row.get("gold"),
         "answers": row.get("answers"),
-        "mean_entropy": _mean(row.get("entropies") or []),
-        "mean_tokens": _mean(row.get("num_tokens") or []),
+        "mean_entropy": mean_of(row.get("entropies") or []),
+        "mean_tokens": mean_of(row.get("num_tokens") or []),
     })
 
 
@@ -487,7 +383,7 @@ def _write_results(out: Path, results: dict, plot: bool, label: str) -> None:
         plot_pass_at_k([results], out / PLOT_FILE, labels=[label])
 
 
-def _grade(index: int, rec: dict, samples, bench: Benchmark, reward_fn, sampling: dict, seconds: float) -> dict:
+def grade_problem(index: int, rec: dict, samples, bench: Benchmark, reward_fn, sampling: dict, seconds: float) -> dict:
     """Score one problem's completions with the reward, TRL-style, and build its ``samples.jsonl`` row."""
     k = len(samples.completions)
     prompt = rec["prompt"]

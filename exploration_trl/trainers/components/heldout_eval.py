@@ -100,7 +100,7 @@ def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: s
     `_ci_high`, `{prefix}_distinct_correct` (mean distinct correct answers per problem; absent for code; countdown also
     `{prefix}_distinct_correct_canonical`, up to commutativity/associativity),
     `{prefix}_token_entropy` (token-weighted, nats), `{prefix}_num_problems`."""
-    from ...eval.harness import summarize
+    from ...eval.summary import summarize
 
     summary = summarize(rows, ks=ks, answer_type=answer_type, diversity=False, semantic=False)
     ns = [len(r["correct"]) for r in rows]
@@ -148,7 +148,7 @@ class HeldoutEval:
         from accelerate.utils import gather_object
 
         from ...eval.generation import TransformersGenerator, derive_seed
-        from ...eval.harness import _grade
+        from ...eval.harness import grade_problem
         from ...rewards import get_reward
 
         t = self.trainer
@@ -178,7 +178,7 @@ class HeldoutEval:
                                              seeds=[derive_seed(seed, i, str(r["id"])) for i, r in zip(idx, recs)],
                                              progress=False)
                 for i, rec, s in zip(idx, recs, samples):
-                    row = _grade(i, rec, s, bench, reward_fn, sampling, 0.0)
+                    row = grade_problem(i, rec, s, bench, reward_fn, sampling, 0.0)
                     rows.append({k: row[k] for k in ("index", "correct", "answers", "entropies", "num_tokens",
                                                      "finish_reasons")})
         if world > 1:
