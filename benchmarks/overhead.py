@@ -254,6 +254,18 @@ def machine_load() -> str:
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
+def cpu_model() -> str:
+    """The processor's model name (`/proc/cpuinfo`) and how many CPUs this process may use: written beside every
+    timed table, since CPU seconds compare only on the same processor."""
+    model = "unknown processor"
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} CPUs"
+
+
 def _spread(values: list[float]) -> dict:
     return {"min": round(min(values), 4), "median": round(statistics.median(values), 4), "max": round(max(values), 4)}
 
@@ -343,6 +355,7 @@ def _summary(workload, metrics, steps_per_generation, logging_steps, rounds, ste
     run = summarize({**workload, "metrics": metrics, "steps_per_generation": steps_per_generation,
                      "logging_steps": logging_steps, "rounds": rounds, "timed_steps": steps - 1, "threads": threads},
                     results)
+    run["cpu"] = cpu_model()
     if failed:
         run["failed"] = failed
     if stopped_at_deadline:
@@ -555,6 +568,8 @@ def merge_reports(reports: list[dict]) -> dict:
         merged["loads"] += report.get("loads", [])
         for name, run in report["runs"].items():
             cell = merged["runs"].setdefault(name, {"workload": run["workload"], "raw": {}})
+            if run.get("cpu"):
+                cell.setdefault("cpus", []).append(run["cpu"])
             for method, trials in run["raw"].items():
                 cell["raw"].setdefault(method, []).extend(trials)
             if run.get("failed"):
@@ -564,6 +579,8 @@ def merge_reports(reports: list[dict]) -> dict:
             into["methods"].update(cell["methods"])
     for name, cell in merged["runs"].items():
         summary = summarize(cell["workload"], cell["raw"])
+        if cell.get("cpus"):
+            summary["cpu"] = " / ".join(dict.fromkeys(cell["cpus"]))
         if cell.get("failed"):
             summary["failed"] = cell["failed"]
         merged["runs"][name] = summary
@@ -593,7 +610,8 @@ def cell_markdown(name: str, run: dict) -> str:
     loads = [t["load"] for trials in run["raw"].values() for t in trials if "load" in t]
     trl = methods["trl"]
     head = (f"**{name}** ({_describe(workload)}; {workload['timed_steps']} timed step(s) per trial; "
-            f"1-minute load average {min(loads):.1f}–{max(loads):.1f} on 2 cores during the trials). "
+            f"1-minute load average {min(loads):.1f}–{max(loads):.1f} on 2 cores during the trials"
+            f"{'; ' + run['cpu'] if run.get('cpu') else ''}). "
             f"TRL: {trl['step_cpu_s']['min']:.2f} CPU s per step (its trials ±{run['cpu_noise'] * 100:.1f}%), "
             f"peak allocated +{trl.get('peak_alloc_delta_mb', {}).get('median', float('nan')):.0f} MB.\n\n")
     rows = ["| method | trials | CPU s / step | CPU ×TRL (best) | rounds | peak allocated ×TRL | peak RSS ×TRL |",
@@ -802,7 +820,10 @@ def main():
     if args.summarize:
         path = Path(args.summarize)
         report = json.loads(path.read_text())
-        report["runs"] = {name: summarize(run["workload"], run["raw"]) for name, run in report["runs"].items()}
+        # re-summarised from the raw trials; the processor they ran on is kept
+        report["runs"] = {name: {**summarize(run["workload"], run["raw"]),
+                                 **({"cpu": run["cpu"]} if run.get("cpu") else {})}
+                          for name, run in report["runs"].items()}
         for name, run in report["runs"].items():
             print_table(run, name)
         scaling = bool(set(report["runs"]) - {"on_policy", "off_policy"})

@@ -10,6 +10,7 @@ import importlib.util
 import inspect
 import pkgutil
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -409,3 +410,17 @@ def test_a_0_8_path_names_where_anything_else_moved():
                                              r"load; 'Passk' is not there: import it from "
                                              r"exploration_trl\.trainers\.methods\.passk"):
         _ = old.Passk
+
+
+def test_the_0_8_stand_in_modules_go_in_the_release_the_changelog_announces():
+    """The 0.8 pickle paths are kept until `PICKLED_PATHS_REMOVED_IN`: from that version on this fails until they go."""
+    from packaging.version import Version
+
+    import exploration_trl
+    from exploration_trl import trainers
+
+    changelog = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text()
+    assert f"keep 0.8 checkpoints loading go in {trainers.PICKLED_PATHS_REMOVED_IN}" in changelog
+    assert "exploration_trl.trainers.registry" in sys.modules  # the stand-ins are there today
+    assert Version(exploration_trl.__version__) < Version(trainers.PICKLED_PATHS_REMOVED_IN), (
+        "remove trainers._keep_pickled_paths and its stand-in modules: their announced release has come")

@@ -3,7 +3,7 @@
 For the trainers: `trl_adapter` holds the trainer's overrides of TRL's (and transformers') methods and the accessors
 through which the rest of the package reads their private state; `vllm_support` the vLLM engine steps (TRL's
 `VLLMGeneration` swapped for a CPU-aware one, its server branch, vLLM's engine internals); `capture` reads TRL's
-fused-head forward; `loss_terms` and `generation_logps` copy TRL's loss normalisation and log-prob definition;
+fused-head forward; `fused_head` folds a method's candidate tokens (CaSP's) into that forward's LM-head pass; `loss_terms` and `generation_logps` copy TRL's loss normalisation and log-prob definition;
 `prompt_tokens` renders a prompt as TRL does; `trl_warnings` and `deepspeed_import` scope what TRL and accelerate
 would do process-wide. For the evaluation harness: `vllm_offline`, its offline `vllm.LLM` engine (start, sample,
 stop; the CPU memory share; a failed start in one line). For both: `vllm_engine`, where vLLM runs, whether its CPU

@@ -27,6 +27,10 @@ class _Capture:
     hidden: torch.Tensor | None = None  # (B, L, H) last hidden states of the backbone
     input_ids: torch.Tensor | None = None
     logits_to_keep: int = 0
+    # What the pass folded in for a `CandidateRequest` (`fused_head.py`), `(B, T, K)` at the completion positions;
+    # None where nothing was folded.
+    candidate_ids: torch.Tensor | None = None  # the pass's own top-K ids (rank order); None when they were given
+    candidate_logps: torch.Tensor | None = None  # their log-probs under the pass's policy (with its gradient)
 
     @property
     def done(self) -> bool:
@@ -43,6 +47,17 @@ class LMHead:
     def __init__(self, trainer):
         self.trainer = trainer
         self._cache = None
+        self._candidate_source = None
+
+    def fold_candidates(self, source) -> None:
+        """Have the captured passes fold candidates into TRL's head: `source(mode, inputs)` returns the
+        `fused_head.CandidateRequest` of a capture (`mode` "rollout" or "loss"; `inputs` the loss's micro-batch, None
+        at the rollout), or None for none."""
+        self._candidate_source = source
+
+    def candidate_request(self, mode: str, inputs):
+        """The candidates the next captured pass in `mode` should fold in (None: none)."""
+        return None if self._candidate_source is None else self._candidate_source(mode, inputs)
 
     def of(self, model):
         """`(hf_model, lm_head)` under any accelerate/PEFT wrapper; cached, as `is_peft_model` costs ~10 ms a call."""
@@ -114,8 +129,12 @@ def head_weights(head):
         yield weight, bias, regather
 
 
-def fill(capture: _Capture, logps, entropies, chunks: list[torch.Tensor], input_ids, logits_to_keep: int) -> None:
-    """Record one captured call's results in `capture`."""
+def fill(capture: _Capture, logps, entropies, chunks: list[torch.Tensor], input_ids, logits_to_keep: int,
+         folded=None) -> None:
+    """Record one captured call's results in `capture` (`folded`: its `fused_head.FoldedCandidates`, if any)."""
     capture.logps, capture.entropies = logps, entropies
     capture.hidden = torch.cat(chunks, dim=0) if len(chunks) > 1 else chunks[0]
     capture.input_ids, capture.logits_to_keep = input_ids, logits_to_keep
+    result = folded.result() if folded is not None else None
+    if result is not None:
+        capture.candidate_ids, capture.candidate_logps = result

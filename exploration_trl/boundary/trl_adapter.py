@@ -20,6 +20,7 @@ from trl import GRPOTrainer
 
 from .capture import _Capture, fill
 from .deepspeed_import import deepspeed_only_when_imported
+from .fused_head import folding
 from .loss_terms import aggregate_per_token, weighted_as_trl
 from .trl_warnings import quiet_trl_rollout_deprecations
 from .vllm_support import check_cpu_head_size, cpu_generation_class, trl_builds, vllm_on_cpu
@@ -154,11 +155,14 @@ class TRLAdapter(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
             )
-        with self.lm_head.capturing(model) as chunks:
+        # A method's candidates ride on TRL's own head pass (`fused_head.py`: CaSP's top-N and their log-probs).
+        request = self.lm_head.candidate_request(capture.mode, self._loss_inputs if capture.mode == "loss" else None)
+        with self.lm_head.capturing(model) as chunks, \
+                folding(request, input_ids, attention_mask, logits_to_keep, chunks) as folded:
             logps, entropies, aux = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, True, **kwargs
             )
-        fill(capture, logps, entropies, chunks, input_ids, logits_to_keep)
+        fill(capture, logps, entropies, chunks, input_ids, logits_to_keep, folded)
         if capture.mode == "loss":
             logps = self._transform_policy_logps(logps, capture, self._loss_inputs, self._loss_state)
         return logps, (entropies if compute_entropy else None), aux

@@ -56,11 +56,15 @@ for _trainer_cls, _config_cls in list(METHODS.values()):
             __all__.append(_cls.__name__)
 
 
+#: The release that drops the 0.8 stand-in modules below (announced in the CHANGELOG; a test fails from it on).
+PICKLED_PATHS_REMOVED_IN = "1.0.0"
+
+
 def _keep_pickled_paths() -> None:
     """A checkpoint's `training_args.bin` pickles its config class by module path. Until 0.8 the method configs lived
     in `exploration_trl.trainers.<method>` and a composed config pickled as
     `exploration_trl.trainers.registry._rebuild_composed_config`: those paths still name the same objects (and only
-    those), so such a checkpoint loads and resumes."""
+    those), so such a checkpoint loads and resumes, until `PICKLED_PATHS_REMOVED_IN`."""
     from . import composition, methods
     from .config import ExplorationGRPOConfig
 

@@ -13,6 +13,7 @@ from ...methods import MethodInfo, arxiv_paper, register_method
 from ...ops.lm_head import candidate_logps, token_statistics
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
 from ...boundary.capture import _Capture
+from ...boundary.fused_head import CandidateRequest
 from ..strategy import LossStrategy
 
 
@@ -76,17 +77,48 @@ class CaSP(LossStrategy):
 
     Candidates (top-N ids, their old log-probs, whether the sample is rank 1) come from the rollout policy's
     pass when TRL runs one (off-policy or vLLM), otherwise from the current detached pass, which then *is*
-    the rollout policy. Candidate log-probs with gradient are computed only where they matter (forking
-    tokens with A > 0), from the captured hidden states, in row chunks (`ops.lm_head.candidate_logps`).
+    the rollout policy. Both ride on TRL's own LM-head pass (`boundary/fused_head.py`, `ops.lm_head.folded_head`):
+    at the rollout the top-N of every row are a `topk` of the tiles TRL projects for the old log-probs; in the loss
+    the candidates' log-probs with gradient are their logits minus the log-sum-exp the sampled token's log-prob
+    needs, from the same tiles, and their gradient comes from the same backward. Where that pass carries no
+    candidates (`capture.candidate_logps` is None), they are projected from the captured hidden states as before:
+    the top-N at forking tokens (`ops.lm_head.token_statistics`), the log-probs with gradient where they matter,
+    forking tokens with A > 0 (`ops.lm_head.candidate_logps`).
     """
 
     config_class = CaSPConfig
 
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        ctx.lm_head.fold_candidates(self.candidate_request)
+
     def needs_rollout_candidates(self) -> bool:
         return self.ctx.trl_computes_old_logps()
 
+    def candidate_request(self, mode: str, inputs) -> CandidateRequest | None:
+        """What TRL's captured pass folds in: at the rollout (when TRL's pass is the rollout policy's) the top-N;
+        in the loss the log-probs of the rollout's candidates, or the pass's own top-N when fully on-policy; nothing
+        during the warm-up."""
+        n = self.args.casp_top_n
+        if mode == "rollout":
+            return CandidateRequest(top_n=n) if self.needs_rollout_candidates() else None
+        if self.ctx.global_step < self.args.casp_warmup_steps:
+            return None
+        if inputs is not None and "casp_topn_ids" in inputs:
+            return CandidateRequest(ids=inputs["casp_topn_ids"])
+        return CandidateRequest(top_n=n)
+
+    @staticmethod
+    def at_forking(forking, ids, logps, completion_ids):
+        """The candidates of the forking tokens (ids 0, log-probs 0 and no rank-1 sample elsewhere, as
+        `candidates` leaves them) from the top-N `ids` and `logps` `(B, T, N)` of every position."""
+        at = forking.unsqueeze(-1)
+        return (torch.where(at, ids, 0), torch.where(at, logps.detach(), 0.0),
+                forking & (ids[..., 0] == completion_ids))
+
     def candidates(self, hidden, completion_ids, entropies, mask):
-        """Forking mask and, at forking tokens, the top-N candidates of the policy that produced `hidden`."""
+        """Forking mask and, at forking tokens, the top-N candidates of the policy that produced `hidden`, projected
+        through the head (where TRL's pass folded none in)."""
         ctx, args = self.ctx, self.args
         forking = core_loss.forking_mask(entropies, mask, args.casp_entropy_quantile)
         b, n_tokens = forking.shape
@@ -106,9 +138,14 @@ class CaSP(LossStrategy):
     def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
         if capture is None or not self.ctx.trl_computes_old_logps():
             return {}
-        forking, ids, old, is_top1 = self.candidates(
-            capture.completion_hidden(), batch.completion_ids, capture.entropies, batch.completion_mask
-        )
+        if capture.candidate_ids is not None:  # folded into TRL's old-log-prob pass
+            forking = core_loss.forking_mask(capture.entropies, batch.completion_mask, self.args.casp_entropy_quantile)
+            ids, old, is_top1 = self.at_forking(forking, capture.candidate_ids, capture.candidate_logps,
+                                                batch.completion_ids)
+        else:
+            forking, ids, old, is_top1 = self.candidates(
+                capture.completion_hidden(), batch.completion_ids, capture.entropies, batch.completion_mask
+            )
         return dict(casp_forking=forking, casp_topn_ids=ids, casp_topn_old_logps=old, casp_is_top1=is_top1)
 
     def transform_logps(self, logps, capture: _Capture, inputs, state):
@@ -120,23 +157,32 @@ class CaSP(LossStrategy):
             return logps
         mask = ctx.loss_mask(inputs)
         old = ctx.old_logps(inputs, logps)
-        hidden = capture.completion_hidden()
+        folded = capture.candidate_logps  # the candidates' log-probs from TRL's pass, (B, T, N), or None
         if "casp_forking" in inputs:
             forking, ids = inputs["casp_forking"], inputs["casp_topn_ids"]
             old_topn, is_top1 = inputs["casp_topn_old_logps"], inputs["casp_is_top1"]
-        else:  # fully on-policy: the current detached pass is the rollout policy
-            forking, ids, old_topn, is_top1 = self.candidates(hidden, inputs["completion_ids"], capture.entropies, mask)
+        elif folded is not None:  # fully on-policy: the current detached pass is the rollout policy
+            forking = core_loss.forking_mask(capture.entropies, mask, args.casp_entropy_quantile)
+            ids, old_topn, is_top1 = self.at_forking(forking, capture.candidate_ids, folded, inputs["completion_ids"])
+        else:
+            forking, ids, old_topn, is_top1 = self.candidates(capture.completion_hidden(), inputs["completion_ids"],
+                                                              capture.entropies, mask)
         advantages = broadcast_advantages(inputs["advantages"], logps.shape)
 
         # Candidate log-probs with gradient only where the smoothed target acts: forking tokens with A > 0.
-        # Computed on every process even with no such token: under ZeRO-3 the head is gathered in the forward
-        # and again in the backward, and every process must take part in both.
-        # One host read: the positions of those tokens (`nonzero`), then integer indexing only.
-        need = (forking & (advantages > 0) & mask.bool()).nonzero(as_tuple=True)
-        with ctx.lm_head.weights() as (weight, bias, regather):
-            cur = candidate_logps(hidden[need], weight, bias, ids[need], temperature=ctx.temperature,
-                                  regather=regather)
-        topn_log_ratio = torch.zeros_like(old_topn).index_put(need, cur - old_topn[need])
+        need = forking & (advantages > 0) & mask.bool()
+        if folded is not None:
+            # From TRL's own pass, at every position: the rest get no gradient (and their ratio's log stays 0).
+            topn_log_ratio = torch.where(need.unsqueeze(-1), folded - old_topn, 0.0)
+        else:
+            # Projected here. Computed on every process even with no such token: under ZeRO-3 the head is gathered
+            # in the forward and again in the backward, and every process must take part in both.
+            # One host read: the positions of those tokens (`nonzero`), then integer indexing only.
+            need = need.nonzero(as_tuple=True)
+            with ctx.lm_head.weights() as (weight, bias, regather):
+                cur = candidate_logps(capture.completion_hidden()[need], weight, bias, ids[need],
+                                      temperature=ctx.temperature, regather=regather)
+            topn_log_ratio = torch.zeros_like(old_topn).index_put(need, cur - old_topn[need])
         ratio = core_loss.casp_ratio(
             logps - old, topn_log_ratio, advantages, forking, is_top1,
             alpha=args.casp_alpha, top1_penalty=args.casp_top1_penalty,
