@@ -9,12 +9,13 @@ killed, leaves what it measured):
 1. install the carried wheels (`pip install --no-index --find-links WHEELS -r scripts/gpu_wheels.txt`), then check
    that the packages import and read the method registry (`exploration_trl.methods.METHODS`);
 2. build the model once, offline: Qwen2.5-0.5B's architecture at random weights (`--dry-run`: the toy architecture);
-3. `benchmarks/overhead.py --device cuda` (`--dry-run`: `--dry-run`) for TRL and every registered method, first at
-   `logging_steps: 10` for all, then on every step; a method that raises is recorded as failed and the others go on;
-4. the smoke test of the first registered method (`scripts/gpu_smoke.sh`): full fine-tuning, then
+3. `benchmarks/overhead.py --device cuda` (`--dry-run`: `--dry-run`) for TRL and every registered method (or those
+   of `--methods`), first at `logging_steps: 10` for all, then on every step; a method that raises is recorded as
+   failed and the others go on;
+4. the smoke test of the first method (`scripts/gpu_smoke.sh`): full fine-tuning, then
    `exploration-trl eval` of the model;
 5. while time is left (not in `--dry-run`): the first method's LoRA run and the eval of its adapter, then the smoke
-   test (full fine-tuning) of every other registered method.
+   test (full fine-tuning) of every other method.
 
 `--large-only` runs stages 1 and 3 only, with the large workload (`overhead.py --large`: 2,048 completion tokens at
 Qwen2.5's 151,936-token vocabulary, TRL and the methods whose extra work grows with T or V, `logging_steps: 10`):
@@ -115,6 +116,9 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true",
                    help="the same stages on CPU with a tiny model and workload (checks the code, not the numbers)")
     p.add_argument("--workdir", default=None, help="folder for models and checkpoints (default: a temporary one)")
+    p.add_argument("--methods", default=None, metavar="M1,M2",
+                   help="only these methods (registered names, or advantage+loss compositions), in this order: the "
+                        "first gets the smoke test (default: every registered method)")
     p.add_argument("--large-only", action="store_true",
                    help="only the large overhead workload (2,048 completion tokens at Qwen2.5's 151,936 vocabulary, "
                         "TRL and a few methods, logging_steps 10): its own call of a lent machine, no smoke runs")
@@ -122,6 +126,13 @@ def parse_args(argv):
     if args.cap is not None and not args.cap > 0:
         p.error(f"--cap is {args.cap:g} but must be > 0 (minutes)")
     args.cap = args.cap if args.cap is not None else (5.0 if args.dry_run else DEFAULT_CAP_MIN)
+    if args.methods is not None:
+        args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not args.methods:
+            p.error("--methods is empty; name at least one method, e.g. --methods casp,kl_cov")
+        if args.large_only:
+            p.error("--methods does not apply to --large-only (it measures overhead_device.LARGE_METHODS); leave "
+                    "one of them out")
     wheels = args.wheels or os.environ.get("GPU_VALIDATE_WHEELS")
     if wheels and not Path(wheels).is_dir():
         p.error(f"--wheels {wheels} is not a folder; collect the wheels as docs/gpu_validation.md says, or leave "
@@ -260,7 +271,14 @@ class Validation:
                                     f"the package does not import (exit {rc}): {lines[-1] if lines else ''}")
             return False
         self.report["probe"] = json.loads(found[6:])
-        self.report["methods"] = self.report["probe"]["methods"]
+        registered = self.report["probe"]["methods"]
+        chosen = self.args.methods or registered
+        unknown = [m for m in chosen if not all(part in registered for part in m.split("+"))]
+        if unknown:
+            self.report["error"] = (f"--methods: unknown method {unknown[0]!r}; choose from {', '.join(registered)} "
+                                    "(or advantage+loss, e.g. progrpo+casp)")
+            return False
+        self.report["methods"] = chosen
         if self.mode == "device" and not self.report["probe"]["cuda"]:
             self.report["error"] = "torch sees no CUDA device; run with --dry-run to check the script on CPU"
             return False

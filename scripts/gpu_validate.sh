@@ -7,7 +7,9 @@
 #
 #   scripts/gpu_validate.sh                              # cap 8 min, wheels from shared/wheels, output to $OUT
 #   scripts/gpu_validate.sh --cap 6 --wheels /data/wheels --out /tmp/validate
-#   scripts/gpu_validate.sh --dry-run --out /tmp/v       # the same stages on CPU, tiny sizes (~2 min; a test runs it)
+#   scripts/gpu_validate.sh --dry-run --out /tmp/v       # the same stages on CPU, tiny sizes (~2 min; a slow test
+#                                                        # runs it, the main suite with --methods kl_cov,progrpo+casp)
+#   scripts/gpu_validate.sh --methods casp,progrpo+casp  # only these methods (the first gets the smoke test)
 #   scripts/gpu_validate.sh --large-only --cap 8         # its own call: 2,048 tokens at 151,936 vocabulary, TRL and
 #                                                        # a few methods (docs/gpu_validation.md has the estimate)
 #
@@ -19,6 +21,7 @@
 #   --out DIR       output folder (default: $OUT when set, else outputs/gpu_validate)
 #   --dry-run       CPU, the toy model, tiny workloads: checks the script, not the numbers
 #   --workdir DIR   models and checkpoints (default: a temporary folder, removed at the end)
+#   --methods LIST  comma-separated registered methods or compositions (default: every registered method)
 #   --large-only    only the large overhead workload (benchmarks/overhead_device.py LARGE), no smoke runs
 # Environment: PYTHON (default python3). How to collect the wheels: docs/gpu_validation.md.
 set -euo pipefail

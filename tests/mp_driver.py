@@ -13,8 +13,9 @@ code path. Each row's completion is also capped by its global index (rows past t
 so processes hold completions of different lengths, and prompts of different lengths, as in real runs.
 
 Writes OUT/<method>/ (and OUT/lora-<method>/ for `--lora-methods`: the saved model, as `save_model` writes it under the engine), OUT/<method>/run.json (log
-history, wrapper classes; main process) and OUT/<method>/shapes_rank<r>.json (per-generation prompt/completion
-widths seen by each process).
+history, wrapper classes; main process), OUT/<method>/shapes_rank<r>.json (per-generation prompt/completion
+widths seen by each process) and OUT/<method>/folds_rank<r>.json (how many of CaSP's captures of TRL's LM-head
+passes carried the candidates, and how many fell back to CaSP's own projection, on each process).
 """
 
 from __future__ import annotations
@@ -30,7 +31,21 @@ from trl.models import unwrap_model_for_generation
 
 import exploration_trl as et
 from exploration_trl.rewards import record_failure
+from exploration_trl.boundary import fused_head
 from helpers import distinct_char_reward
+
+#: CaSP's captured TRL passes on this process, per method: folded (carried the candidates) or fell back.
+FOLDS = {"folded": 0, "fell_back": 0}
+_fold_result = fused_head.FoldedCandidates.result
+
+
+def _counted_fold_result(self):
+    got = _fold_result(self)
+    FOLDS["folded" if got is not None else "fell_back"] += 1
+    return got
+
+
+fused_head.FoldedCandidates.result = _counted_fold_result
 
 #: Per-method settings. Strong enough that a 3-step toy run visibly differs from GRPO, and chosen so that the
 #: method's action does not depend on how rows are split into micro-batches (see the module docstring of
@@ -141,10 +156,12 @@ def train_one(method: str, ckpt: str, out: Path, per_device: int, lora: bool, ma
     trainer = trainer_cls(model=ckpt, reward_funcs=counted_reward, args=args, train_dataset=dataset,
                           peft_config=peft_config)
     trainer._shapes = []
+    FOLDS.update(folded=0, fell_back=0)
     trainer.train()
     trainer.save_model(str(out))
     rank = trainer.accelerator.process_index
     (out / f"shapes_rank{rank}.json").write_text(json.dumps(trainer._shapes))
+    (out / f"folds_rank{rank}.json").write_text(json.dumps(FOLDS))
     if trainer.accelerator.is_main_process:
         _, head = trainer.lm_head.of(trainer.model)
         info = {

@@ -424,3 +424,67 @@ def test_the_0_8_stand_in_modules_go_in_the_release_the_changelog_announces():
     assert "exploration_trl.trainers.registry" in sys.modules  # the stand-ins are there today
     assert Version(exploration_trl.__version__) < Version(trainers.PICKLED_PATHS_REMOVED_IN), (
         "remove trainers._keep_pickled_paths and its stand-in modules: their announced release has come")
+
+
+# ----------------------------------------------------------------------------------- private names (issue 64, item 5)
+#: The one private module another room reads: the file `git archive` fills in (`export-subst`). Its path is part of
+#: the pre-registered second protocol's archive (4e6b608), which the launcher reads; it moves with issue 64's item 8.
+ARCHIVE_LAYOUT = {"exploration_trl._commit"}
+
+
+def _room(module: str) -> str:
+    """A module's room: the package directly under `exploration_trl` (`trainers`, `core`, ...), or the root."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else "exploration_trl"
+
+
+def private_imports_across_rooms(root: Path, package: str = "exploration_trl") -> list[str]:
+    """`path:line names` of every import, at the top or inside a function, of a `_`-name (a module or an attribute;
+    not a dunder) that lives in another room than the importer's."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        parts = [package, *rel.parts]
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        here = ".".join(parts[:-1])  # the importer's package
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if not target.startswith(f"{package}."):
+                    continue
+                names = target.split(".")
+                private = next((i for i, n in enumerate(names) if n.startswith("_") and not n.startswith("__")), None)
+                owner = ".".join(names[:private + 1]) if private is not None else None
+                if owner and owner not in ARCHIVE_LAYOUT and _room(owner) != _room(module):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {target}")
+    return found
+
+
+def test_no_private_name_is_imported_across_rooms():
+    assert private_imports_across_rooms(PACKAGE) == []
+
+
+def test_the_private_import_check_sees_a_violation(tmp_path):
+    for folder in ("core", "trainers/methods", "rewards"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "core" / "_utils.py").write_text("def masked_sum(x):\n    return x\n")
+    (tmp_path / "core" / "losses.py").write_text("from ._utils import masked_sum\n")  # the same room: fine
+    (tmp_path / "rewards" / "base.py").write_text("def _grade(x):\n    return x\n")
+    (tmp_path / "trainers" / "methods" / "m.py").write_text(
+        "from ...core._utils import masked_sum\nfrom exploration_trl.rewards.base import _grade\n"
+        "def f():\n    import exploration_trl.core._utils\n    from ...rewards import base, __doc__\n"
+        "from exploration_trl._commit import ARCHIVED_COMMIT\n")
+    assert private_imports_across_rooms(tmp_path) == [
+        "trainers/methods/m.py:1 exploration_trl.core._utils.masked_sum",
+        "trainers/methods/m.py:2 exploration_trl.rewards.base._grade",
+        "trainers/methods/m.py:4 exploration_trl.core._utils",
+    ]

@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from trl import GRPOTrainer
 from trl.kernels import chunked_logprob as trl_kernel
 
-from exploration_trl.boundary.capture import _Capture
+from exploration_trl.boundary.capture import Capture
 from exploration_trl.boundary.fused_head import CandidateRequest, FoldedCandidates, TRLTiles, scored_positions
 from exploration_trl.ops.lm_head import _tile_top, folded_head
 from exploration_trl.ops.sync_count import count_syncs
@@ -292,7 +292,7 @@ def test_scored_positions_are_trls_labels(ckpt, tmp_path):
     finally:
         trl_utils.maybe_gather_lm_head_ctx = original
     assert torch.equal(seen["mask"], scored_positions(ids, mask, 5))
-    assert _Capture(mode="rollout").candidate_logps is None
+    assert Capture(mode="rollout").candidate_logps is None
 
 
 

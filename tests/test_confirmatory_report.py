@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_error
 
 from exploration_trl.experiments.confirmatory import analysis, verdict
 
@@ -199,15 +200,12 @@ def test_protocol_commit_precedes_the_verdict_commit():
             assert git(["git", "merge-base", "--is-ancestor", proto, commit]).returncode == 0
 
 
-def test_combine_refuses_a_missing_result_and_a_later_protocol_commit(tmp_path):
-    import sys
-
-    cmd = [sys.executable, "-m", "exploration_trl.cli", "confirm", "--combine", str(tmp_path),
-           "--write", str(tmp_path / "c.json"), "--fill"]
-    missing = subprocess.run([*cmd, "--protocol-commit", "9357c88"], cwd=ROOT, capture_output=True, text=True)
-    assert missing.returncode != 0 and f"--combine {tmp_path}: no result.json" in missing.stderr
-    bogus = subprocess.run([*cmd, "--protocol-commit", "0" * 40], cwd=ROOT, capture_output=True, text=True)
-    assert bogus.returncode != 0 and "not a commit of this repository" in bogus.stderr
+def test_combine_refuses_a_missing_result_and_a_later_protocol_commit(tmp_path, capsys, monkeypatch):
+    # In-process (the CLI's `main`, as a console script calls it): three launches of a fresh interpreter cost 15 s.
+    argv = ["confirm", "--combine", str(tmp_path), "--write", str(tmp_path / "c.json"), "--fill"]
+    monkeypatch.chdir(ROOT)
+    assert f"--combine {tmp_path}: no result.json" in run_error(capsys, [*argv, "--protocol-commit", "9357c88"])
+    assert "not a commit of this repository" in run_error(capsys, [*argv, "--protocol-commit", "0" * 40])
     assert not (tmp_path / "c.json").exists()
     # A protocol commit on another branch does not precede HEAD.
     repo = tmp_path / "repo"
@@ -222,8 +220,8 @@ def test_combine_refuses_a_missing_result_and_a_later_protocol_commit(tmp_path):
         git(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", name])
     side = git(["git", "rev-parse", "HEAD"]).stdout.strip()
     git(["git", "checkout", "-q", "main"])
-    later = subprocess.run([*cmd, "--protocol-commit", side], cwd=repo, capture_output=True, text=True)
-    assert later.returncode != 0 and "not an ancestor of HEAD" in later.stderr
+    monkeypatch.chdir(repo)
+    assert "not an ancestor of HEAD" in run_error(capsys, [*argv, "--protocol-commit", side])
 
 
 def test_the_test_and_the_settings_are_the_pre_registered_ones():

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -99,12 +100,18 @@ def test_amendment_2_precedes_every_method_arm_record():
 
 
 def test_every_committed_record_is_the_reference_platforms_by_its_fingerprint():
+    # Only a segment's start names its platform; a paused segment's end (`exit`, `last_step`) does not.
     a = _amendment()
+    checked = {p.stem for p in (STATE / "platforms" / "checks").glob("*.json")}
     for phase, folder in (("confirm", STATE / "runs"), ("selection", STATE / "runs" / "selection")):
         for path in sorted(folder.glob("*__seed*.json")):
             rec = json.loads(path.read_text())
-            assert platform_rule.record_platforms(STATE, rec, a) in (["reference"], sorted(
-                {s["platform_id"] for s in platform_rule.segments(STATE, phase, rec["label"], rec["seed"])}))
+            starts = {s["platform_id"] for s in platform_rule.segments(STATE, phase, rec["label"], rec["seed"])
+                      if s.get("event") == "start"}
+            got = platform_rule.record_platforms(STATE, rec, a)
+            assert got == (sorted(starts) or ["reference"]), path.name
+            assert set(got) <= checked | {"reference"}, f"{path.name}: made on {got}, no committed platform check"
+            assert all((STATE / "platforms" / "hosts" / f"{pid}.json").is_file() for pid in starts), path.name
 
 
 def test_a_record_without_a_platform_log_and_another_fingerprint_is_refused():
@@ -260,8 +267,15 @@ def test_the_pause_script_stops_a_job_that_ignores_sigint(tmp_path):
     """A job started from a background shell ignores SIGINT; the script gets it with SIGTERM after the grace."""
     name = f"stand_in_job_{os.getpid()}"  # its own names: the real runs on this machine are left alone
     fake = tmp_path / f"{name}.py"
-    fake.write_text("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(600)\n")
-    proc = subprocess.Popen([sys.executable, str(fake)], start_new_session=True)
+    ready = tmp_path / "ready"
+    fake.write_text("import pathlib, signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    "pathlib.Path(sys.argv[1]).touch()\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, str(fake), str(ready)], start_new_session=True)
+    # Pause only once it ignores SIGINT: a SIGINT during the interpreter's start-up would end it (a slow CI machine).
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), "the stand-in job did not start in 60 s"
     env = {**os.environ, "CONFIRM_JOBS_PATTERN": name, "CONFIRM_LAUNCHER_PATTERN": f"{name}_launcher",
            "CONFIRM_DRIVER_PATTERN": f"{name}_driver"}
     out = subprocess.run(["bash", str(ROOT / "scripts" / "confirm_pause.sh"), "2"], capture_output=True, text=True,

@@ -195,7 +195,7 @@ def test_reward_exception_keeps_its_traceback_and_names_the_reward(tmp_path, rew
     err = proc.stderr
     assert "Traceback (most recent call last)" in err
     assert f'File "{tmp_path / "my_rewards.py"}", line 12, in boom' in err  # the user's own frame
-    named = "exploration_trl.rewards._base.RewardFunctionError: reward 'boom' raised ValueError: my bug"
+    named = "exploration_trl.rewards.base.RewardFunctionError: reward 'boom' raised ValueError: my bug"
     assert "\nValueError: my bug" in err and named in err  # the original first, then the one naming the reward
     assert err.index("\nValueError: my bug") < err.index("direct cause") < err.index(named)
 

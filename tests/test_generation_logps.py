@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import exploration_trl as et
-from exploration_trl.boundary.capture import _Capture
+from exploration_trl.boundary.capture import Capture
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 
@@ -73,7 +73,7 @@ def test_mismatched_lengths_fall_back_to_the_pass(ckpt, tmp_path):
     assert trainer._capture_from_generation(out) is None
     trainer.rollout.generation_logps = [torch.full((5,), -1.0)] * 4
     capture = trainer._capture_from_generation(out)
-    assert isinstance(capture, _Capture) and capture.logps.shape == (4, 5) and capture.hidden is None
+    assert isinstance(capture, Capture) and capture.logps.shape == (4, 5) and capture.hidden is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -156,17 +156,22 @@ def _gpu_validate():
     return module
 
 
-def test_gpu_validate_dry_run_writes_a_row_per_method(tmp_path):
+@pytest.mark.parametrize("chosen", [pytest.param(None, marks=pytest.mark.slow, id="every-method"),
+                                    pytest.param("kl_cov,progrpo+casp", id="two-methods")])
+def test_gpu_validate_dry_run_writes_a_row_per_method(tmp_path, chosen):
     """`scripts/gpu_validate.sh --dry-run`: the device mode's stages on CPU (the smoke test of the first method, the
-    overhead benchmark of TRL and every registered method), with a JSON and a Markdown report. About 80 s."""
+    overhead benchmark of TRL and every registered method, or those of `--methods`), with a JSON and a Markdown
+    report. About 70 s for every method (slow: a method's trial is the same code for all, and each method trains in
+    the main suite); 15 s for two."""
     import exploration_trl.trainers  # noqa: F401  (registers the methods)
     from exploration_trl.methods import METHODS
 
-    registered = list(METHODS)
+    registered = list(METHODS) if chosen is None else chosen.split(",")
     out = tmp_path / "validate"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "not_here")}
     env.pop("GPU_VALIDATE_WHEELS", None)
-    proc = subprocess.run(["bash", "scripts/gpu_validate.sh", "--dry-run", "--out", str(out)], cwd=REPO, env=env,
+    proc = subprocess.run(["bash", "scripts/gpu_validate.sh", "--dry-run", "--out", str(out),
+                           *(["--methods", chosen] if chosen else [])], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "[gpu_validate" in proc.stdout and "gpu_validate: everything ran and passed" in proc.stdout  # progress
@@ -238,6 +243,18 @@ def test_gpu_validate_exits_1_when_an_overhead_trial_failed(tmp_path):
     assert gv.outcome(v.report) == (0, "gpu_validate: everything ran and passed")
 
 
+def test_gpu_validate_refuses_an_unknown_method_before_any_run(tmp_path):
+    out = tmp_path / "validate"
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("GPU_VALIDATE_WHEELS", None)
+    proc = subprocess.run(["bash", "scripts/gpu_validate.sh", "--dry-run", "--out", str(out), "--methods",
+                           "casp,progrpo+ppo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "gpu_validate: error: --methods: unknown method 'progrpo+ppo'; choose from grpo, progrpo," in proc.stderr
+    report = json.loads((out / "gpu_validate.json").read_text())
+    assert report["overhead"] is None and report["smoke"] == [], report
+
+
 def test_gpu_validate_arguments_and_carried_pins(tmp_path, monkeypatch, capsys):
     gv = _gpu_validate()
     monkeypatch.delenv("GPU_VALIDATE_WHEELS", raising=False)
@@ -246,7 +263,10 @@ def test_gpu_validate_arguments_and_carried_pins(tmp_path, monkeypatch, capsys):
     assert args.cap == 8 and args.out == tmp_path / "from_env" and not args.dry_run
     monkeypatch.delenv("OUT")
     assert gv.parse_args(["--dry-run"]).out == REPO / "outputs" / "gpu_validate"
+    assert gv.parse_args(["--methods", " casp, progrpo+casp,"]).methods == ["casp", "progrpo+casp"]
     for argv, message in [(["--cap", "0"], "--cap is 0 but must be > 0 (minutes)"),
+                          (["--methods", " , "], "--methods is empty; name at least one method"),
+                          (["--large-only", "--methods", "casp"], "--methods does not apply to --large-only"),
                           (["--wheels", str(tmp_path / "nope")], f"--wheels {tmp_path / 'nope'} is not a folder")]:
         with pytest.raises(SystemExit):
             gv.parse_args(argv)

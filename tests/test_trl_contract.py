@@ -10,7 +10,7 @@ from trl import GRPOTrainer
 
 import exploration_trl as et
 from exploration_trl.ops.lm_head import token_statistics
-from exploration_trl.boundary.capture import _Capture
+from exploration_trl.boundary.capture import Capture
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 
@@ -60,7 +60,7 @@ def test_hidden_state_hook_reproduces_trl_logps(ckpt, tmp_path):
     inputs = hand_inputs(trainer)
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
-    trainer._capture = capture = _Capture(mode="rollout")
+    trainer._capture = capture = Capture(mode="rollout")
     with torch.no_grad():
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 5, batch_size=2)
     trainer._capture = None
@@ -293,7 +293,7 @@ def test_every_private_name_the_adapter_uses_exists_in_this_trl(ckpt, tmp_path):
 
     ours = {name for cls in (base.ExplorationGRPOTrainer,) for name in vars(cls)}
     own_state = {"_capture", "_ds_replay", "_loss_inputs", "_loss_state", "_ran_hooks", "_given_once", "_divergence",
-                 "_assembled", "_server_weights_dir", "_Capture"}
+                 "_assembled", "_server_weights_dir", "Capture"}
     used = {node.attr for module in (trl_adapter, vllm_support)
             for node in ast.walk(ast.parse(Path(module.__file__).read_text()))
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")}

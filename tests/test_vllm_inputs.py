@@ -26,7 +26,7 @@ from trl import GRPOTrainer
 
 import exploration_trl as et
 from exploration_trl.core import advantages as core_adv
-from exploration_trl.core._utils import broadcast_advantages
+from exploration_trl.core.utils import broadcast_advantages
 from helpers import grpo_kwargs, letter_reward, toy_checkpoint, toy_dataset
 
 TEMPERATURE = 0.7

@@ -1,7 +1,7 @@
 """Reading what TRL's own forward passes compute: the policy's LM head under any wrapper and sharding, and the
 backbone's hidden states captured from TRL's fused-head forward (`LMHead`, a component of the trainer).
 
-The trainer's override of TRL's `_get_per_token_logps_and_entropies` (`trl_adapter.py`) fills a `_Capture`
+The trainer's override of TRL's `_get_per_token_logps_and_entropies` (`trl_adapter.py`) fills a `Capture`
 while a capture is asked for: the rollout pass (a method needs the rollout policy's statistics) or the loss pass (a
 loss hook or the exploration metrics read the hidden states).
 """
@@ -18,7 +18,7 @@ from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 
 @dataclass
-class _Capture:
+class Capture:
     """Records what one `_get_per_token_logps_and_entropies` call computed."""
 
     mode: str  # "rollout" or "loss"
@@ -129,7 +129,7 @@ def head_weights(head):
         yield weight, bias, regather
 
 
-def fill(capture: _Capture, logps, entropies, chunks: list[torch.Tensor], input_ids, logits_to_keep: int,
+def fill(capture: Capture, logps, entropies, chunks: list[torch.Tensor], input_ids, logits_to_keep: int,
          folded=None) -> None:
     """Record one captured call's results in `capture` (`folded`: its `fused_head.FoldedCandidates`, if any)."""
     capture.logps, capture.entropies = logps, entropies

@@ -18,7 +18,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from trl import GRPOTrainer
 
-from .capture import _Capture, fill
+from .capture import Capture, fill
 from .deepspeed_import import deepspeed_only_when_imported
 from .fused_head import folding
 from .loss_terms import aggregate_per_token, weighted_as_trl
@@ -176,7 +176,7 @@ class TRLAdapter(GRPOTrainer):
             strategy.before_loss(model, inputs)  # before the capture starts: a pre-pass is not the loss's pass
         self._loss_inputs, self._loss_state = inputs, {}
         self._ran_hooks = set()
-        self._capture = _Capture(mode="loss") if self._needs_loss_capture() else None
+        self._capture = Capture(mode="loss") if self._needs_loss_capture() else None
         try:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             capture = self._capture

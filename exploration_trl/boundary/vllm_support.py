@@ -45,7 +45,7 @@ from functools import cache
 
 import torch
 
-from .capture import _Capture
+from .capture import Capture
 from .vllm_engine import cpu_head_size_problem, shutdown_llm, vllm_runs_on_cpu
 
 #: `generation_kwargs` keys whose presence does not change vLLM's log-probs (all others may).
@@ -218,7 +218,7 @@ class VLLMSupport:
 
         llm.generate = generate
 
-    def capture_from_generation(self, output) -> _Capture | None:
+    def capture_from_generation(self, output) -> Capture | None:
         """vLLM's own log-probs of the sampled tokens as the rollout statistics, when they are TRL's quantity."""
         if not self.uses_logps():
             return None
@@ -229,7 +229,7 @@ class VLLMSupport:
         if torch.isnan(logps[mask]).any():  # a token vLLM could not score: recompute instead
             return None
         self.trainer.metrics.note("vllm/rollout_logps_from_vllm", 1.0)
-        return _Capture(mode="rollout", logps=torch.where(mask, logps, torch.zeros_like(logps)))
+        return Capture(mode="rollout", logps=torch.where(mask, logps, torch.zeros_like(logps)))
 
     @torch.no_grad()
     def prompt_only_logps(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor | None:

@@ -5,7 +5,7 @@ The contract (the conventions, each function's formula with its paper and equati
 docs/math.md, "Conventions" and one section per method.
 """
 
-from ._utils import masked_mean
+from .utils import masked_mean
 from .advantages import (
     confidence,
     dsgrpo_advantages,

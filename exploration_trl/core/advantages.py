@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ._utils import (
+from .utils import (
     as_valid,
     broadcast_advantages,
     check_groups,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._utils import as_valid, broadcast_advantages, check_groups, flat_rows, to_f32
+from .utils import as_valid, broadcast_advantages, check_groups, flat_rows, to_f32
 
 __all__ = [
     "entropy_shaped_advantages",

@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import torch
 
-from ._utils import check_groups, flat_rows, nanstd, to_f32
+from .utils import check_groups, flat_rows, nanstd, to_f32
 
 __all__ = [
     "maxrl_advantages",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._utils import as_valid, broadcast_advantages, masked_mean, to_f32
+from .utils import as_valid, broadcast_advantages, masked_mean, to_f32
 
 __all__ = [
     "forking_mask",

@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from ._utils import check_groups, flat_rows, masked_sum, nanstd, to_f32
 from .advantages import group_advantages
+from .utils import check_groups, flat_rows, masked_sum, nanstd, to_f32
 
 __all__ = [
     "passk_advantages",

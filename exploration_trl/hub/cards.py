@@ -9,6 +9,7 @@ is exactly what `ModelCard.load` reads back. The parts of a card come from:
 * :mod:`~exploration_trl.hub.tables` - the pass@k and hyperparameter tables (the versions: `eval.results`);
 * :mod:`~exploration_trl.hub.curves` - `training_curves.png` and the one-line training summary;
 * :mod:`~exploration_trl.hub.protocol_verdict` - "Does it beat GRPO?": the pre-registered verdict of the method;
+* :mod:`~exploration_trl.hub.usage` - "How to use": loading, sampling and evaluating the model;
 * :mod:`~exploration_trl.hub.state` - the inputs kept in the card, so that a second call updates it in place.
 
 The card is *updated* in place on a second call: `write_model_card(output_dir)` (as `exploration-trl push` does)
@@ -49,6 +50,7 @@ from .outcome import outcome_notes
 from .protocol_verdict import verdict_section
 from .state import CARD_FILE, STATE_VERSION, dump_state, kept_notes, load_card_state, state_result
 from .tables import extract_hyperparameters, result_table, still_on
+from .usage import usage_section
 
 __all__ = [
     "CARD_FILE",
@@ -189,7 +191,7 @@ def render_model_card(
 
     The inputs are gathered first (`_card_inputs`, `_training_record`, the results and curves, `_card_names`); then
     each section of the template gets its values from one function, in the card's order: `_card_header`, `_intro`,
-    `_method_part`, `_evaluation_part`, `_training_part`, `_usage`, `_card_state`."""
+    `_method_part`, `_evaluation_part`, `_training_part`, `usage.usage_section`, `_card_state`."""
     from huggingface_hub import ModelCard
 
     card = _card_inputs(output_dir, method, base_model, dataset, is_adapter, repo_id, reward_funcs, outcome,
@@ -210,7 +212,7 @@ def render_model_card(
         protocol_verdict=verdict_section(card.method, training.still),  # "Does it beat GRPO?"
         **_evaluation_part(found, names, countdown, card.repo_id),
         **_training_part(card, names, training, summary, curves),
-        usage=_usage(names.load_id, card.adapter, countdown=countdown,
+        usage=usage_section(names.load_id, card.adapter, countdown=countdown,
                      countdown_tiny=_mentions(card.dataset, "countdown-tiny")),
         versions=training.versions,
         bibtex=section["bibtex"],
@@ -401,61 +403,6 @@ def _training_part(card: _CardInputs, names: _CardNames, training: _Training, su
         "method_hparams": training.hyperparameters.get("method") or [],
         "grpo_hparams": training.hyperparameters.get("grpo") or [],
     }
-
-
-def _usage(load_id: str, adapter: str | None, countdown: bool, countdown_tiny: bool = False) -> str:
-    """The "How to use" section: loading (transformers, or peft for an adapter), sampling, evaluating. A
-    countdown-tiny model (the demo's) was trained on plain-text prompts, not a chat template."""
-    if countdown:
-        question = ("Using the numbers [3, 5, 7], write an arithmetic equation whose value is 22. Give the "
-                    "final equation between <answer> and </answer>.")
-    else:
-        question = "What is 12 * 13 + 7? Please reason step by step, and put your final answer within \\\\boxed{}."
-    if adapter is not None:
-        load = (
-            "from peft import AutoPeftModelForCausalLM\n"
-            "from transformers import AutoTokenizer\n\n"
-            f'model_id = "{load_id}"\n'
-            'model = AutoPeftModelForCausalLM.from_pretrained(model_id, dtype="auto", device_map="auto")\n'
-            "model = model.merge_and_unload()  # optional: fold the adapter into the base weights\n"
-            "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
-        )
-        intro = (f"This folder holds a {adapter} adapter; `peft` loads the base model named in "
-                 "`adapter_config.json` and applies it:")
-    else:
-        load = (
-            "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-            f'model_id = "{load_id}"\n'
-            'model = AutoModelForCausalLM.from_pretrained(model_id, dtype="auto", device_map="auto")\n'
-            "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
-        )
-        intro = "With `transformers`:"
-    if countdown_tiny:
-        gen = (
-            'inputs = tokenizer("nums: 3 5 7\\ntarget: 22\\n", return_tensors="pt").to(model.device)\n'
-            "out = model.generate(**inputs, max_new_tokens=20, do_sample=True, temperature=1.0)\n"
-            'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))  # e.g. 3*5+7\n'
-        )
-        evaluate = ("To measure its pass@k again, run `exploration-trl demo` (it evaluates the warm start and every "
-                    "trained model on the same held-out problems).")
-        return f"{intro}\n\n```python\n{load}\n{gen}```\n\n{evaluate}"
-    gen = (
-        f'messages = [{{"role": "user", "content": "{question}"}}]\n'
-        "inputs = tokenizer.apply_chat_template(\n"
-        '    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True\n'
-        ").to(model.device)\n"
-        "out = model.generate(**inputs, max_new_tokens=512, do_sample=True, temperature=0.6, top_p=0.95)\n"
-        'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))\n'
-    )
-    evaluate = (
-        "To measure pass@k yourself (n samples per problem, unbiased estimator):\n\n"
-        "```bash\n"
-        f'pip install "exploration-trl @ git+{PROJECT_URL}"\n'
-        f"exploration-trl eval --model {load_id} --benchmark {'countdown3' if countdown else 'gsm8k'} --n 16 "
-        "--temperature 0.6\n"
-        "```"
-    )
-    return f"{intro}\n\n```python\n{load}\n{gen}```\n\n{evaluate}"
 
 
 def _card_state(card: _CardInputs, names: _CardNames, training: _Training, section: dict, summary: str | None,

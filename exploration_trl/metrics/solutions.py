@@ -102,9 +102,9 @@ def math_answers_equivalent(a: Any, b: Any) -> bool:
         return True
     if not isinstance(a, str) or not isinstance(b, str):
         return False
-    from exploration_trl.rewards.math_verifier import _math_verify  # lazy: math-verify loads sympy
+    from exploration_trl.rewards.math_verifier import math_verify_module  # lazy: math-verify loads sympy
 
-    mv = _math_verify()
+    mv = math_verify_module()
     try:
         pa = mv.parse("\\boxed{" + a + "}", parsing_timeout=None)
         pb = mv.parse("\\boxed{" + b + "}", parsing_timeout=None)

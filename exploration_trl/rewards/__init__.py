@@ -21,7 +21,7 @@ A completion is *correct* when its total reward is above a threshold (:func:`is_
 trainers and ``exploration-trl eval`` share).
 """
 
-from exploration_trl.rewards._base import (
+from exploration_trl.rewards.base import (
     DEFAULT_CORRECT_THRESHOLD,
     RewardFunctionError,
     completion_to_text,

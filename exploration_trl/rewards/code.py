@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from exploration_trl.rewards._base import (
+from exploration_trl.rewards.base import (
     broadcast_column,
     completion_to_text,
     record_failure,

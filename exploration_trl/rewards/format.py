@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from exploration_trl.rewards._base import completion_to_text, reward_factory, score_each
+from exploration_trl.rewards.base import completion_to_text, reward_factory, score_each
 from exploration_trl.rewards.math import BOX_COMMANDS, BOX_RE
 
 __all__ = ["FORMAT_PRESETS", "format_reward", "has_single_boxed", "make_format_reward"]

@@ -46,7 +46,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from exploration_trl.rewards._base import (
+from exploration_trl.rewards.base import (
     broadcast_column,
     completion_to_text,
     record_failure,

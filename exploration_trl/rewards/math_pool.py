@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from exploration_trl.rewards.math_verifier import _evaluate_guarded, _math_verify
+from exploration_trl.rewards.math_verifier import _evaluate_guarded, math_verify_module
 
 __all__ = ["shutdown_math_workers"]
 
@@ -41,7 +41,7 @@ def _worker_main() -> None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         except (ImportError, ValueError, OSError):
             pass
-    _math_verify()
+    math_verify_module()
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
     for line in sys.stdin:

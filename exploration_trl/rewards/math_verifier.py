@@ -33,7 +33,7 @@ class _QuietTimeoutWarning(logging.Filter):
 _MV = None
 
 
-def _math_verify():
+def math_verify_module():
     """The `math_verify` module, imported and warmed up on first use (its timeout warning silenced)."""
     global _MV
     if _MV is None:
@@ -84,14 +84,14 @@ def _time_limit(seconds: float | None):
 
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold_text: str):
-    mv = _math_verify()
+    mv = math_verify_module()
     return tuple(mv.parse(gold_text, parsing_timeout=None))
 
 
 def _evaluate(gold_text: str, candidates: Sequence[str]) -> tuple[float | None, str | None]:
     """`(reward, the parsed answer)`: the reward (None for an unusable reference) and math-verify's parse of the
     first candidate it can read, as a string (`record_outcomes`; None when none parses)."""
-    mv = _math_verify()
+    mv = math_verify_module()
     gold = list(_parse_gold(gold_text))
     if not gold:
         return None, None
@@ -105,7 +105,7 @@ def _evaluate(gold_text: str, candidates: Sequence[str]) -> tuple[float | None, 
 def _evaluate_guarded(gold_text: str, candidates: Sequence[str], timeout: float | None) -> tuple[str, Any]:
     """``("ok", value)``, ``("timeout", None)`` or ``("error", message)``; main thread only."""
     try:
-        _math_verify()
+        math_verify_module()
     except Exception as exc:  # noqa: BLE001
         return "error", f"math-verify unavailable: {type(exc).__name__}: {exc}"[:500]
     try:

@@ -6,7 +6,7 @@ TRL calls it with ``prompts``, ``completions``, ``completion_ids``, every datase
 and ignores unknown keyword arguments.
 
 Registry entries are either plain reward functions or *factories* (functions decorated with
-:func:`~exploration_trl.rewards._base.reward_factory` that build a reward function from keyword arguments):
+:func:`~exploration_trl.rewards.base.reward_factory` that build a reward function from keyword arguments):
 
 * ``get_reward("countdown")`` returns the plain function itself;
 * ``get_reward("countdown", format_score=0.1)`` binds the keyword arguments with
@@ -15,7 +15,7 @@ Registry entries are either plain reward functions or *factories* (functions dec
 * ``get_reward("length_penalty", max_length=512)`` calls the factory with the keyword arguments;
 * ``get_reward("my_pkg.rewards.my_reward")`` imports ``my_reward`` from ``my_pkg.rewards``.
 
-Failure accounting and the helpers the reward modules share live in :mod:`exploration_trl.rewards._base`.
+Failure accounting and the helpers the reward modules share live in :mod:`exploration_trl.rewards.base`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 # The shared helpers stay importable from here too, where they used to live.
-from exploration_trl.rewards._base import (  # noqa: F401
+from exploration_trl.rewards.base import (  # noqa: F401
     broadcast_column,
     completion_to_text,
     is_reward_factory,

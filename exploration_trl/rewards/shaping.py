@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from exploration_trl.rewards._base import completion_to_text, reward_factory, score_each
+from exploration_trl.rewards.base import completion_to_text, reward_factory, score_each
 
 __all__ = ["make_length_penalty", "make_repetition_penalty", "repeated_ngram_fraction", "soft_overlong_penalty"]
 

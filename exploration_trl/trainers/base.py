@@ -19,12 +19,12 @@ import warnings
 
 import torch
 
-from ..boundary.capture import LMHead, _Capture
+from ..boundary.capture import LMHead, Capture
 from ..boundary.loss_terms import loss_mask
 from ..boundary.trl_adapter import TRLAdapter
 from ..boundary.vllm_support import VLLMSupport
 from ..methods import register_method
-from ..rewards._base import is_correct
+from ..rewards.base import is_correct
 from .callbacks.correctness_guard import CorrectnessGuard
 from .callbacks.divergence import DivergenceCallback
 from .components.dynamic_sampling import DynamicSampling
@@ -62,7 +62,7 @@ class ExplorationGRPOTrainer(TRLAdapter):
     def __init__(self, *args, heldout_benchmark=None, **kwargs):
         self._build_trl(args, kwargs, heldout_benchmark)  # TRL's `__init__`, in the boundary's scopes
         # The adapter's own state between TRL's calls (see `_generate_and_score_completions` and `compute_loss`).
-        self._capture: _Capture | None = None  # what the next policy pass of TRL records
+        self._capture: Capture | None = None  # what the next policy pass of TRL records
         self._ds_replay: dict | None = None  # the kept rows' generations and rewards, while TRL's pass replays them
         self._loss_inputs, self._loss_state = None, {}
         self._ran_hooks: set[str] = set()  # hooks that acted on the current step (see `_check_hooks_ran`)
@@ -76,15 +76,15 @@ class ExplorationGRPOTrainer(TRLAdapter):
         self.dynamic_sampling = DynamicSampling(self)
         self.strategies = build_strategies(self)
         self.vllm = VLLMSupport(self)
-        # Callbacks: concerns that only observe training.
+        # Callbacks (callbacks/__init__.py): one that checks what the methods feed it, one observer, one controller.
         self.correctness_guard = CorrectnessGuard(self)
         self.add_callback(self.correctness_guard)
         self._divergence = DivergenceCallback(self)
         self.add_callback(self._divergence)
         if self.args.entropy_band is not None:
-            from .callbacks.entropy_band import EntropyBandCallback
+            from .callbacks.entropy_band import EntropyBandController
 
-            self.add_callback(EntropyBandCallback(self))
+            self.add_callback(EntropyBandController(self))
         self._assembled = True
 
     # ------------------------------------------------------------------------------------------- strategies
@@ -120,7 +120,7 @@ class ExplorationGRPOTrainer(TRLAdapter):
         """STILL report shapers, applied after the advantage-side method (`components/still.py`)."""
         return apply_still_shapers(self.args, advantages, batch)
 
-    def _rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+    def _rollout_extras(self, batch: RolloutBatch, capture: Capture | None) -> dict:
         """Per-completion tensors carried to `compute_loss` (TRL shuffles and splits every tensor key)."""
         extras = {"exploration_correct": is_correct(batch.local_rewards, self.args.correct_reward_threshold)}
         for strategy in self.strategies:
@@ -134,7 +134,7 @@ class ExplorationGRPOTrainer(TRLAdapter):
         self.rollout.inputs = inputs
         self.rollout.generation_logps = None
         need_rollout = self.rollout.needs_statistics()
-        self._capture = _Capture(mode="rollout") if need_rollout else None
+        self._capture = Capture(mode="rollout") if need_rollout else None
         return need_rollout
 
     def _dynamic_sampling_select(self, inputs):
@@ -145,21 +145,21 @@ class ExplorationGRPOTrainer(TRLAdapter):
         self.rollout.inputs = kept
         return kept
 
-    def _finish_rollout_capture(self, output, need_rollout: bool) -> _Capture | None:
+    def _finish_rollout_capture(self, output, need_rollout: bool) -> Capture | None:
         """The rollout statistics of TRL's finished batch `output` (None when the method needs none)."""
         return self.rollout.finish(output, self._capture) if need_rollout else None
 
-    def _capture_from_generation(self, output) -> _Capture | None:
+    def _capture_from_generation(self, output) -> Capture | None:
         """The rollout statistics from generation's own log-probs (transformers, then vLLM), when they are TRL's."""
         return self.rollout.capture_from_generation(output) or self.vllm.capture_from_generation(output)
 
-    def _rollout_pass(self, output) -> _Capture:
+    def _rollout_pass(self, output) -> Capture:
         """The one added no-grad pass, run only when a method needs rollout statistics TRL did not compute."""
-        self._capture = capture = _Capture(mode="rollout")
+        self._capture = capture = Capture(mode="rollout")
         self.rollout.added_pass(output)
         return capture
 
-    def _set_advantages(self, output, capture: _Capture | None):
+    def _set_advantages(self, output, capture: Capture | None):
         """The advantage hook and the STILL shapers on the `RolloutBatch`; their advantages replace TRL's."""
         batch = self.rollout.batch(output, capture)
         self._ran_hooks = set()
@@ -176,18 +176,18 @@ class ExplorationGRPOTrainer(TRLAdapter):
 
     # ------------------------------------------------------------------ the loss side
     # The hooks the adapter's `_get_per_token_logps_and_entropies` and `compute_loss` call inside TRL's loss.
-    def _transform_policy_logps(self, logps: torch.Tensor, capture: _Capture, inputs, state: dict) -> torch.Tensor:
+    def _transform_policy_logps(self, logps: torch.Tensor, capture: Capture, inputs, state: dict) -> torch.Tensor:
         """Return the log-probs TRL's loss should see (the loss-side strategy's `transform_logps`). TRL forms the
         ratio as `exp(returned - old)`, so a method that wants ratio `R` returns `old + log(R)`."""
         strategy = self._strategy("loss")
         return logps if strategy is None else run_hook(self, strategy, "transform_logps", logps, capture, inputs, state)
 
-    def _extra_per_token_loss(self, inputs, capture: _Capture, state: dict) -> torch.Tensor | None:
+    def _extra_per_token_loss(self, inputs, capture: Capture, state: dict) -> torch.Tensor | None:
         """Extra `(B, T)` per-token loss terms, added after TRL's loss with TRL's aggregation. None: nothing."""
         strategy = self._strategy("loss")
         return None if strategy is None else run_hook(self, strategy, "extra_loss", inputs, capture, state)
 
-    def _log_token_metrics(self, inputs, capture: _Capture):
+    def _log_token_metrics(self, inputs, capture: Capture):
         """Exploration metrics from the loss pass TRL already ran (no extra backbone pass), kept on the device."""
         self.mark_hook_ran("exploration metrics")
         self.queue_metrics(self.metrics.tokens(inputs, capture, self._loss_mask(inputs).bool()))

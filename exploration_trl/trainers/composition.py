@@ -16,7 +16,15 @@ from __future__ import annotations
 import dataclasses
 from functools import cache
 
-from ..methods import _METHODS, ADVANTAGE_SIDE, LOSS_SIDE, METHODS, parse_method, trainer_name
+from ..methods import (
+    ADVANTAGE_SIDE,
+    LOSS_SIDE,
+    METHODS,
+    parse_method,
+    records,
+    strategy_of,
+    trainer_name,
+)
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer
 
 __all__ = ["METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "parse_method", "example_composition", "get_trainer_class",
@@ -55,13 +63,13 @@ def _preset_overrides(configs: list[type]) -> dict:
 def _compose(parts: tuple[str, ...]) -> tuple[type, type]:
     if len(parts) == 1:
         return METHODS[parts[0]]
-    return _composed(tuple(_METHODS[p][1] for p in parts), "+".join(parts))
+    return _composed(tuple(strategy_of(p) for p in parts), parts)
 
 
 @cache
-def _composed(registered: tuple[type, ...], method: str) -> tuple[type, type]:
-    """The composed (trainer, config) of the registered strategies of `method`, cached by class: a re-registered
-    name composes its new class.
+def _composed(registered: tuple[type, ...], parts: tuple[str, ...]) -> tuple[type, type]:
+    """The composed (trainer, config) of the registered strategies of the parsed method `parts`, cached by class: a
+    re-registered name composes its new class.
 
     The trainer is a thin class that names the composition (`method = "progrpo+casp"`); the trainer builds its
     strategies from that name, so nothing of the methods is inherited. The class exists because a composition is
@@ -72,15 +80,16 @@ def _composed(registered: tuple[type, ...], method: str) -> tuple[type, type]:
     # epsilon_high), the loss side wins. Dataclass inheritance alone would let a preset's *inherited* TRL default
     # mask the other preset's override, so the overridden fields are re-declared explicitly.
     configs = [obj.config_class for obj in reversed(registered)]
-    name = trainer_name([_METHODS[p][0] for p in method.split("+")]).removesuffix("Trainer")  # parsed already
+    method = "+".join(parts)
+    name = trainer_name(records(parts)).removesuffix("Trainer")
     namespace = _preset_overrides(configs)
     namespace["__reduce__"] = _reduce_composed_config
     namespace["composed_method"] = method
     config_cls = dataclasses.dataclass(type(f"{name}Config", tuple(configs), namespace))
     trainer_cls = type(f"{name}Trainer", (ExplorationGRPOTrainer,), {
-        "method": method, "method_parts": tuple(method.split("+")), "method_name": method, "config_class": config_cls,
+        "method": method, "method_parts": parts, "method_name": method, "config_class": config_cls,
         "__module__": __name__,
-        "__doc__": f"TRL's `GRPOTrainer` with {' and '.join(method.split('+'))} (`method: {method}`).",
+        "__doc__": f"TRL's `GRPOTrainer` with {' and '.join(parts)} (`method: {method}`).",
     })
     return trainer_cls, config_cls
 

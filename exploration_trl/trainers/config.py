@@ -10,7 +10,7 @@ from trl import GRPOConfig
 from ..core.advantages import check_position_bonus_shape
 from ..core.dynamic_sampling import DYNAMIC_SAMPLING_METRICS
 from ..methods import MethodInfo, arxiv_paper, register_shaping
-from ..rewards._base import DEFAULT_CORRECT_THRESHOLD
+from ..rewards.base import DEFAULT_CORRECT_THRESHOLD
 
 
 #: The STILL report's advantage shapers, which any method switches on with `ppl_shaping_alpha` or

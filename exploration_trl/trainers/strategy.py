@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ..boundary.capture import _Capture
+    from ..boundary.capture import Capture
     from .context import MethodContext
     from .components.window_warning import WindowWarning
     from .components.rollout import RolloutBatch
@@ -87,7 +87,7 @@ class Strategy:
         return False
 
     # ------------------------------------------------------------------------------------------------ the hooks
-    def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+    def rollout_extras(self, batch: RolloutBatch, capture: Capture | None) -> dict:
         """Per-completion tensors the loss reads (TRL shuffles and splits them with the batch)."""
         return {}
 
@@ -125,12 +125,12 @@ class LossStrategy(Strategy):
     def needs_loss_capture(self) -> bool:
         return True
 
-    def transform_logps(self, logps: torch.Tensor, capture: _Capture, inputs, state: dict) -> torch.Tensor:
+    def transform_logps(self, logps: torch.Tensor, capture: Capture, inputs, state: dict) -> torch.Tensor:
         """The log-probs TRL's loss should see: TRL forms its ratio as `exp(returned - old)`, so a method that wants
         ratio `R` returns `old + log(R)`."""
         return logps
 
-    def extra_loss(self, inputs, capture: _Capture, state: dict) -> torch.Tensor | None:
+    def extra_loss(self, inputs, capture: Capture, state: dict) -> torch.Tensor | None:
         """A `(B, T)` term added to TRL's loss, reduced exactly as TRL's `loss_type` reduces its own. None: none."""
         return None
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from verl.trainer.ppo import core_algos
 
-from ...core._utils import as_valid, broadcast_advantages
+from ...core.utils import as_valid, broadcast_advantages
 from ...core import estimators as core_est
 from ...core.advantages import check_position_bonus_shape
 from ...core import passk as core_pk

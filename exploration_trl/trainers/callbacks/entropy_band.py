@@ -90,8 +90,9 @@ def check_entropy_band(config):
                          "use_adaptive_entropy: false")
 
 
-class EntropyBandCallback(TrainerCallback):
-    """Updates the knob at the end of every optimizer step (before the step's log, so the value is logged with it)."""
+class EntropyBandController(TrainerCallback):
+    """A controller, not an observer: it writes the knob (TRL's `entropy_coef` and the config value) at the end of
+    every optimizer step, before the step's log, so that the value is logged with it."""
 
     def __init__(self, trainer):
         self.trainer = trainer

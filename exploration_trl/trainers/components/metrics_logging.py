@@ -15,9 +15,9 @@ import torch
 
 from ...ops.hashing import mix64
 from ...ops.lm_head import metric_chunk_rows, token_statistics
-from ...rewards._base import is_correct
+from ...rewards.base import is_correct
 from .collectives import gather_rows
-from ...boundary.capture import _Capture
+from ...boundary.capture import Capture
 from .metric_queue import MetricQueue
 from .window_warning import WindowWarning
 from .rollout import RolloutBatch
@@ -143,7 +143,7 @@ class ExplorationMetrics:
         return step % max(int(every), 1) == 0 or (step == 1 and args.logging_first_step)
 
     @torch.no_grad()
-    def tokens(self, inputs, capture: _Capture, mask: torch.Tensor) -> dict:
+    def tokens(self, inputs, capture: Capture, mask: torch.Tensor) -> dict:
         """Exploration metrics from the loss pass TRL already ran (no extra backbone pass), kept on the device."""
         entropies = capture.entropies.detach().float()
         correct = inputs.get("exploration_correct")
@@ -156,7 +156,7 @@ class ExplorationMetrics:
             stats.update(self.lm_head(inputs, capture, mask))
         return stats
 
-    def lm_head(self, inputs, capture: _Capture, mask: torch.Tensor) -> dict:
+    def lm_head(self, inputs, capture: Capture, mask: torch.Tensor) -> dict:
         """Λ(1..3), Λ(sample) and the branching factor over sampled completion tokens (or every token per response).
 
         One host read: the number of valid tokens (`nonzero`), which sizes the sample.

@@ -12,7 +12,7 @@ from ...errors import HookDidNotRunError, NoRewardError
 from ...ops.lm_head import token_statistics
 from .collectives import gather_rows
 from ...boundary.generation_logps import GenerationLogps, padded
-from ...boundary.capture import _Capture
+from ...boundary.capture import Capture
 from .window_warning import WindowWarning
 
 #: TRL's multimodal inputs, passed on to its forward passes when present.
@@ -143,7 +143,7 @@ class Rollout:
     def recorder(self, capturing: bool) -> GenerationLogps | None:
         return GenerationLogps(self.trainer.temperature) if self.records_generation_logps(capturing) else None
 
-    def capture_from_generation(self, output) -> _Capture | None:
+    def capture_from_generation(self, output) -> Capture | None:
         """The rollout capture built from generation's log-probs, when they match TRL's completions."""
         rows = self.generation_logps
         self.generation_logps = None
@@ -153,9 +153,9 @@ class Rollout:
         if [r.numel() for r in rows] != [int(n) for n in lengths]:  # e.g. TRL post-processed the completions
             return None
         logps = padded(rows, output["completion_ids"].size(1), output["completion_ids"].device)
-        return _Capture(mode="rollout", logps=logps)
+        return Capture(mode="rollout", logps=logps)
 
-    def finish(self, output, capture: _Capture) -> _Capture:
+    def finish(self, output, capture: Capture) -> Capture:
         """The rollout statistics of TRL's finished batch `output`: TRL's own old-log-prob pass when it is the one
         captured (same tensor object), else the generation's own log-probs, else one added pass."""
         t = self.trainer
@@ -181,7 +181,7 @@ class Rollout:
             t.forward_logps(t.model, input_ids, attention_mask, output["completion_ids"].size(1), batch_size=batch_size,
                             compute_entropy=True, **{k: output[k] for k in MULTIMODAL_KEYS if k in output})
 
-    def batch(self, output, capture: _Capture | None) -> RolloutBatch:
+    def batch(self, output, capture: Capture | None) -> RolloutBatch:
         t = self.trainer
         rewards_per_func = self.rewards_per_func
         weights = t.reward_weights.to(rewards_per_func.device)
@@ -232,7 +232,7 @@ class Rollout:
     # --------------------------------------------------------------------------------------- prompt log-probs
     # The rollout owns them: it computes them (from the captured pass, vLLM's prompt log-probs or one prompt-only
     # forward) and lets the strategies choose the tokens; the trainer only asks whether a method needs them.
-    def prompt_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
+    def prompt_logps(self, capture: Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompt log-probs and mask the advantage hook reads: every prompt token's (`prompt_token_logps`),
         narrowed by each strategy's `prompt_logps` (e.g. only the user's tokens)."""
         logps, mask = self.prompt_token_logps(capture, output)
@@ -241,7 +241,7 @@ class Rollout:
         return logps, mask
 
     @torch.no_grad()
-    def prompt_token_logps(self, capture: _Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
+    def prompt_token_logps(self, capture: Capture, output) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(q_t | q_<t) for prompt tokens, computed once per unique prompt and shared by its rows.
 
         The first real prompt token has no context, so it is masked out (docs/math.md: the caller masks it).

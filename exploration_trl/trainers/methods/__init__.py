@@ -2,7 +2,7 @@
 its config class and keys, its registered record (`@register_method(MethodInfo(...))`) and its thin public trainer.
 
 A method module stands on the trainer (`base.py`), its vocabulary and the wings below (components, callbacks, the
-boundary's `_Capture`), never on another method (but `cov` on its own `cov_global`). The built-in methods are imported below in the order
+boundary's `Capture`), never on another method (but `cov` on its own `cov_global`). The built-in methods are imported below in the order
 `train --help`, errors and cards list them; every other module of this folder is imported after them, so a new method's
 module registers without a line here (`docs/writing_a_method.md`).
 """

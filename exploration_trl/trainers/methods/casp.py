@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ...core import losses as core_loss
-from ...core._utils import broadcast_advantages
+from ...core.utils import broadcast_advantages
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ...ops.lm_head import candidate_logps, token_statistics
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
-from ...boundary.capture import _Capture
+from ...boundary.capture import Capture
 from ...boundary.fused_head import CandidateRequest
 from ..strategy import LossStrategy
 
@@ -135,7 +135,7 @@ class CaSP(LossStrategy):
         ids[at], old[at], is_top1[at] = s["topn_ids"], s["topn_logps"], s["is_top1"]
         return forking, ids, old, is_top1
 
-    def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+    def rollout_extras(self, batch: RolloutBatch, capture: Capture | None) -> dict:
         if capture is None or not self.ctx.trl_computes_old_logps():
             return {}
         if capture.candidate_ids is not None:  # folded into TRL's old-log-prob pass
@@ -148,7 +148,7 @@ class CaSP(LossStrategy):
             )
         return dict(casp_forking=forking, casp_topn_ids=ids, casp_topn_old_logps=old, casp_is_top1=is_top1)
 
-    def transform_logps(self, logps, capture: _Capture, inputs, state):
+    def transform_logps(self, logps, capture: Capture, inputs, state):
         ctx, args = self.ctx, self.args
         active = ctx.global_step >= args.casp_warmup_steps
         metrics = {"casp/active": (float(active), 1.0)}  # a Python bool: no host read

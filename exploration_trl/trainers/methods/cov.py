@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ...core import losses as core_loss
-from ...core._utils import broadcast_advantages
+from ...core.utils import broadcast_advantages
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ...ops.hashing import ID_BITS, stream, unique_keys
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
-from ...boundary.capture import _Capture
+from ...boundary.capture import Capture
 from .cov_global import GlobalCovSelection, check_cov_selection
 from ..components.window_warning import WindowWarning
 from ..strategy import LossStrategy
@@ -111,7 +111,7 @@ class KLCov(LossStrategy):
         if self.global_selection.active:
             self.global_selection.prepare(model)
 
-    def extra_loss(self, inputs, capture: _Capture, state):
+    def extra_loss(self, inputs, capture: Capture, state):
         ctx = self.ctx
         logps = capture.logps
         mask = ctx.loss_mask(inputs)
@@ -202,7 +202,7 @@ class ClipCov(LossStrategy):
         if self.global_selection.active:
             self.global_selection.prepare(model)
 
-    def transform_logps(self, logps, capture: _Capture, inputs, state):
+    def transform_logps(self, logps, capture: Capture, inputs, state):
         ctx, args = self.ctx, self.args
         mask = ctx.loss_mask(inputs)
         old = ctx.old_logps(inputs, logps)
@@ -221,7 +221,7 @@ class ClipCov(LossStrategy):
         ctx.queue_metrics(metrics)
         return torch.where(selected, logps.detach(), logps)
 
-    def rollout_extras(self, batch: RolloutBatch, capture: _Capture | None) -> dict:
+    def rollout_extras(self, batch: RolloutBatch, capture: Capture | None) -> dict:
         # Each completion's row in the generation batch: the global selection's random keys depend on it only.
         start, stop = batch.process_slice.start, batch.process_slice.stop
         return {"exploration_row": torch.arange(start, stop, device=batch.completion_ids.device)}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ...core import losses as core_loss
-from ...core._utils import as_valid, broadcast_advantages
+from ...core.utils import as_valid, broadcast_advantages
 from ..config import check_choice
 from ..components.rollout import MULTIMODAL_KEYS
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ...core import advantages as core_adv
-from ...core._utils import broadcast_advantages, masked_sum
+from ...core.utils import broadcast_advantages, masked_sum
 from ...methods import MethodInfo, arxiv_paper, register_method
-from ...rewards._base import is_correct
+from ...rewards.base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from ..components.window_warning import WindowWarning
 from ..strategy import AdvantageStrategy

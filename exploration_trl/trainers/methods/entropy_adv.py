@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...core import bonuses as core_bonus
-from ...core._utils import as_valid, broadcast_advantages, masked_sum
+from ...core.utils import as_valid, broadcast_advantages, masked_sum
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, check_non_negative
-from ...boundary.capture import _Capture
+from ...boundary.capture import Capture
 from ..components.window_warning import WindowWarning
 from ..strategy import LossStrategy
 
@@ -75,7 +75,7 @@ class EntropyAdv(LossStrategy):
     config_class = EntropyAdvConfig
     window_warnings = (WindowWarning(NO_TERM, _no_term),)
 
-    def transform_logps(self, logps, capture: _Capture, inputs, state):
+    def transform_logps(self, logps, capture: Capture, inputs, state):
         ctx, a = self.ctx, self.args
         mask = ctx.loss_mask(inputs)
         advantages = inputs["advantages"]

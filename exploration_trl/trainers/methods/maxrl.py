@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ...core import estimators as core_est
-from ...core._utils import masked_sum
+from ...core.utils import masked_sum
 from ...methods import MethodInfo, arxiv_paper, register_method
-from ...rewards._base import is_correct
+from ...rewards.base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_non_negative
 from ..config import check_sum_then_normalize
 from ..components.window_warning import WindowWarning

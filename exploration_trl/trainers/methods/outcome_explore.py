@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...core import bonuses as core_bonus
-from ...core._utils import masked_sum
+from ...core.utils import masked_sum
 from ...errors import NoOutcomeError
 from ...methods import MethodInfo, arxiv_paper, register_method
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative

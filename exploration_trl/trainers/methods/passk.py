@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...core import passk as core_pk
-from ...core._utils import masked_sum
+from ...core.utils import masked_sum
 from ...core.advantages import group_advantages
 from ...methods import MethodInfo, arxiv_paper, register_method
-from ...rewards._base import is_correct
+from ...rewards.base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from ..config import check_sum_then_normalize
 from ..strategy import AdvantageStrategy

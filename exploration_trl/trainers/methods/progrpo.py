@@ -8,7 +8,7 @@ import torch
 
 from ...core import advantages as core_adv
 from ...methods import MethodInfo, arxiv_paper, register_method
-from ...rewards._base import is_correct
+from ...rewards.base import is_correct
 from ..base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch, check_choice, check_non_negative
 from ..strategy import AdvantageStrategy
 
