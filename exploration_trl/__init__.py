@@ -16,6 +16,9 @@ _LAZY = {
     "ExplorationGRPOTrainer": "exploration_trl.trainers.base",
 }
 _TRAINERS = "exploration_trl.trainers"
+#: The modules whose import registers the package's own methods: the registry (`exploration_trl.methods`, which sits
+#: below them) imports them on its first read. Named here, where names may point at any layer, as those above do.
+METHOD_MODULES = ("exploration_trl.trainers.methods",)
 
 __all__ = sorted(_LAZY) + ["__version__"]
 

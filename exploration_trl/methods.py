@@ -7,21 +7,24 @@ trainer's name, the method section, the citations, the hyperparameter table) and
 default settings (the sourced values, `published`, and ours, `chosen`, kept apart). `parse_method` is the one parser
 of method strings such as `progrpo+casp`.
 
-This module imports nothing from the package, so that every layer may read it, the model cards below the trainers
-included (a trainer writes its card). It therefore holds what has been registered so far: the built-in methods
-register when `exploration_trl.trainers` is imported (every trainer, config and `get_trainer_class` import it).
+This module imports nothing from the package but a name of its root, so that every layer may read it, the model
+cards below the trainers included (a trainer writes its card). It is complete whatever was imported first: its first
+read imports the package's method modules (`exploration_trl.METHOD_MODULES`, named by the package root) and those
+other installed packages declare under the entry-point group `exploration_trl.methods`; each registers its methods on
+import.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "SIDES", "MethodInfo", "Paper", "arxiv_paper", "register_method", "register_shaping", "unregister", "bind_trainer",
-    "strategy_of", "trainer_class",
+    "strategy_of", "trainer_class", "set_trainer_factory", "load_method_modules", "ENTRY_POINT_GROUP",
     "METHODS", "ADVANTAGE_SIDE", "LOSS_SIDE", "method_info", "method_infos", "records", "parse_method", "trainer_name",
     "base_method", "shapings", "registered_papers",
 ]
@@ -104,11 +107,61 @@ _NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
 _METHODS: dict[str, tuple[MethodInfo, type]] = {}  # name -> (record, strategy or trainer class), in registration order
 _TRAINERS: dict[str, type] = {}  # name -> its public trainer class
 _SHAPINGS: dict[str, MethodInfo] = {}
-#: Builds the thin trainer class of a strategy that no class binds (set by `exploration_trl.trainers`).
+#: Builds the thin trainer class of a strategy that no class binds (`set_trainer_factory`, by the trainers).
 _TRAINER_FACTORY = None
-
-
+#: The entry-point group under which another installed package declares its method modules (docs/writing_a_method.md).
+ENTRY_POINT_GROUP = "exploration_trl.methods"
+_LOADED: set[str] = set()  # the method modules imported (or being imported) so far
+_MODULES: list[tuple[str, str]] | None = None  # (module, what declared it)
 _OWNERS: dict[str, str] = {}  # name -> what registered it ("module.Class", or "shaping")
+
+
+def set_trainer_factory(factory) -> None:
+    """Declare how a strategy that no class binds gets its public trainer class (`factory(name) -> type`): the
+    trainers do, when imported; the registry cannot build a trainer itself (it sits below them)."""
+    global _TRAINER_FACTORY
+    _TRAINER_FACTORY = factory
+
+
+def _initializing(module: str) -> bool:
+    """Whether `module` or a package above it is being imported right now (then its registrations are under way)."""
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        found = sys.modules.get(".".join(parts[:i]))
+        if found is not None and getattr(getattr(found, "__spec__", None), "_initializing", False):
+            return True
+    return False
+
+
+def _method_modules() -> list[tuple[str, str]]:
+    """`(module, what declared it)`: the package's own, then each installed entry point of `ENTRY_POINT_GROUP`."""
+    global _MODULES
+    if _MODULES is None:
+        from importlib.metadata import entry_points
+
+        from . import METHOD_MODULES  # the package root names them: this module sits below them
+
+        declared = entry_points(group=ENTRY_POINT_GROUP)
+        _MODULES = [(m, "exploration-trl's own methods") for m in METHOD_MODULES] + [
+            (ep.module, f"entry point {ep.name!r} of {ENTRY_POINT_GROUP}") for ep in declared]
+    return _MODULES
+
+
+def load_method_modules() -> None:
+    """Import, once, the package's method modules and those other packages declare (each registers its methods on
+    import), so that every read of the registry sees them whatever was imported first. A module whose import is
+    under way is left to finish (it registers as it goes). Called by every read; registering never calls it."""
+    import importlib
+
+    for module, source in _method_modules():
+        if module in _LOADED or _initializing(module):
+            continue
+        _LOADED.add(module)
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            raise ImportError(f"the method module {module} ({source}) failed to import: "
+                              f"{type(e).__name__}: {e}") from e
 
 
 def _check_name(name: str, owner: str) -> None:
@@ -172,6 +225,7 @@ def bind_trainer(name: str, cls: type) -> None:
 
 def strategy_of(name: str) -> type | None:
     """The strategy class of a registered method (None for GRPO, the one trainer class registered directly)."""
+    load_method_modules()
     obj = _METHODS[name][1]
     return obj if getattr(obj, "is_strategy", False) else None
 
@@ -196,9 +250,11 @@ def unregister(name: str) -> None:
 
 def trainer_class(name: str) -> type:
     """The public trainer class of a registered method (a strategy that no class binds gets a thin one)."""
+    load_method_modules()
     if name not in _TRAINERS:
         if _TRAINER_FACTORY is None:
-            raise ValueError(f"method {name!r} has no trainer class; import exploration_trl.trainers first")
+            raise ValueError(f"method {name!r} has no trainer class: no trainer factory is declared yet (the "
+                             "trainers declare it when imported); read the registry after that import finishes")
         _TRAINERS[name] = _TRAINER_FACTORY(name)
     return _TRAINERS[name]
 
@@ -208,13 +264,16 @@ class _Methods(Mapping):
     """`{name: (trainer class, config class)}` of the registered methods, in registration order; always current."""
 
     def __getitem__(self, name: str) -> tuple[type, type]:
+        load_method_modules()
         obj = _METHODS[name][1]
         return trainer_class(name), obj.config_class
 
     def __iter__(self) -> Iterator[str]:
+        load_method_modules()
         return iter(list(_METHODS))
 
     def __len__(self) -> int:
+        load_method_modules()
         return len(_METHODS)
 
     def __repr__(self) -> str:
@@ -228,6 +287,7 @@ class _Side(Sequence):
         self.side = side
 
     def _names(self) -> list[str]:
+        load_method_modules()
         return [name for name, (info, _) in _METHODS.items() if info.side == self.side]
 
     def __getitem__(self, i):
@@ -249,9 +309,10 @@ LOSS_SIDE: Sequence[str] = _Side("loss")
 
 
 def _need_registered() -> None:
+    load_method_modules()
     if not _METHODS:
-        raise ValueError("no method is registered yet: import exploration_trl.trainers (it registers the built-in "
-                         "methods), or the module of your own method, first")
+        raise ValueError("no method is registered: the registry was read while the package's method modules were "
+                         "being imported (exploration_trl.METHOD_MODULES); read it after that import finishes")
 
 
 def _example() -> str:
@@ -287,9 +348,12 @@ def parse_method(method: str) -> tuple[str, ...]:
 
 def method_info(name: str) -> MethodInfo:
     """The record of one registered method or shaping (`name` has no '+')."""
+    load_method_modules()
     if name in _SHAPINGS:
         return _SHAPINGS[name]
-    parse_method(name)  # one-line error for an unknown name
+    if name not in _METHODS:  # parse_method's one-line error (unknown name, or a composition: no single record)
+        parse_method(name)
+        raise ValueError(f"method {name!r} is a composition; read its parts' records with method_infos({name!r})")
     return _METHODS[name][0]
 
 
@@ -323,6 +387,7 @@ def _name_of(name: str) -> str:
 def records(parts: Sequence[str]) -> list[MethodInfo]:
     """The records of method parts already parsed (a trainer class's `method_parts`), without parsing them again;
     () is the base method."""
+    load_method_modules()
     return [_METHODS[p][0] for p in parts] if parts else [base_method()]
 
 
@@ -334,10 +399,12 @@ def base_method() -> MethodInfo:
 
 def shapings() -> list[MethodInfo]:
     """The registered shapings, in registration order."""
+    load_method_modules()
     return list(_SHAPINGS.values())
 
 
 def registered_papers() -> dict[str, Paper]:
     """`{BibTeX key: Paper}` of every registered method and shaping."""
+    load_method_modules()
     infos = [info for info, _ in _METHODS.values()] + list(_SHAPINGS.values())
     return {info.paper.key: info.paper for info in infos}

@@ -124,3 +124,11 @@ def run_error(capsys, argv, status=2):
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, err  # one error line (progress bars of dataset loading may precede it)
     return lines[0]
+
+
+def builtin_methods() -> list[str]:
+    """The registered methods defined in the package (not one a test registered), in registration order."""
+    from exploration_trl.methods import METHODS, strategy_of
+
+    return [name for name, (trainer, _) in METHODS.items()
+            if (strategy_of(name) or trainer).__module__.startswith("exploration_trl.")]

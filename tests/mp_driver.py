@@ -36,16 +36,18 @@ from helpers import distinct_char_reward
 
 #: CaSP's captured TRL passes on this process, per method: folded (carried the candidates) or fell back.
 FOLDS = {"folded": 0, "fell_back": 0}
-_fold_result = fused_head.FoldedCandidates.result
 
 
-def _counted_fold_result(self):
-    got = _fold_result(self)
-    FOLDS["folded" if got is not None else "fell_back"] += 1
-    return got
+def count_folds() -> None:
+    """Count each capture's outcome in `FOLDS` (the driver's process only: `main` calls it)."""
+    result = fused_head.FoldedCandidates.result
 
+    def counted(self):
+        got = result(self)
+        FOLDS["folded" if got is not None else "fell_back"] += 1
+        return got
 
-fused_head.FoldedCandidates.result = _counted_fold_result
+    fused_head.FoldedCandidates.result = counted
 
 #: Per-method settings. Strong enough that a 3-step toy run visibly differs from GRPO, and chosen so that the
 #: method's action does not depend on how rows are split into micro-batches (see the module docstring of
@@ -76,6 +78,14 @@ METHOD_SETTINGS = {
     "kl_cov-global": {"kl_cov_ratio": 0.2, "kl_cov_coef": 1.0, "cov_selection": "global"},
     "clip_cov-global": {"clip_cov_ratio": 0.2, "clip_cov_lb": -1e9, "clip_cov_ub": 1e9, "cov_selection": "global"},
 }
+
+def cases() -> list[str]:
+    """What one launch trains: the cases above, then every registered method that has none (at its defaults), so
+    that a new method's module is tested under every engine without an edit here."""
+    from helpers import builtin_methods
+
+    return [*METHOD_SETTINGS, *(m for m in builtin_methods() if m not in METHOD_SETTINGS)]
+
 
 def counted_reward(completions, **kwargs):
     """`distinct_char_reward`, with each completion shorter than 4 characters also counted as a reward failure (its
@@ -138,7 +148,7 @@ class ReproducibleSampling:
 def train_one(method: str, ckpt: str, out: Path, per_device: int, lora: bool, max_steps: int, seed: int):
     base = et.get_trainer_class(method.removesuffix("-global"))
     trainer_cls = type(f"Reproducible{base.__name__}", (ReproducibleSampling, base), {})
-    settings = METHOD_SETTINGS[method]
+    settings = METHOD_SETTINGS.get(method, {})
     args = base.config_class(
         output_dir=str(out), per_device_train_batch_size=per_device, num_generations=4, max_completion_length=8,
         max_steps=max_steps, num_iterations=2, steps_per_generation=1, gradient_accumulation_steps=1,
@@ -183,7 +193,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--ckpt", required=True)
-    parser.add_argument("--methods", default=",".join(METHOD_SETTINGS))
+    parser.add_argument("--methods", default=None, help="comma-separated cases (default: `cases()`)")
     parser.add_argument("--global-batch", type=int, default=12)
     parser.add_argument("--max-steps", type=int, default=3)
     parser.add_argument("--lora-methods", default="", help="Also train these methods with a LoRA adapter (lora-<m>/).")
@@ -193,7 +203,9 @@ def main(argv=None):
 
     state = PartialState(cpu=True)  # without cpu=True a CPU launch is not seen as distributed (no CUDA)
     per_device = a.global_batch // state.num_processes
-    runs = [(m, False) for m in a.methods.split(",") if m] + [(m, True) for m in a.lora_methods.split(",") if m]
+    count_folds()
+    methods = a.methods.split(",") if a.methods is not None else cases()
+    runs = [(m, False) for m in methods if m] + [(m, True) for m in a.lora_methods.split(",") if m]
     trainer = None
     for method, lora in runs:
         out = Path(a.out) / (f"lora-{method}" if lora else method)

@@ -46,6 +46,22 @@ LAYOUTS = {
     "entropy_adv": (2, 1, 2, 5, 3),  # shapes each update afresh: the resumed rollout's advantages must be unshaped
     "outcome_explore": (2, 1, 1, 6, 3),  # the answer counts of the batches before the checkpoint are restored
 }
+#: A registered method without a row above: two updates per rollout, resumed at step 3, inside its second rollout.
+DEFAULT_LAYOUT = (2, 1, 2, 5, 3)
+
+
+def layout(method: str) -> tuple:
+    return LAYOUTS.get(method, DEFAULT_LAYOUT)
+
+
+def cases() -> list[str]:
+    """What a launch resumes: the rows above, then every registered method without one (at `DEFAULT_LAYOUT`), so
+    that a new method's module is tested without an edit here."""
+    from helpers import builtin_methods
+
+    return [*LAYOUTS, *(m for m in builtin_methods() if m not in LAYOUTS)]
+
+
 #: Cases that are not a method name: the method they train, a reward and config changes. Dynamic sampling needs
 #: groups whose reward does not vary (a 0/1 reward) and a learning rate low enough that they keep varying, so that
 #: refills happen both before the checkpoint and after it.
@@ -76,14 +92,14 @@ COMPARED = ("loss", "grad_norm", "reward", "entropy", "exploration/lambda_sample
 
 def make_trainer(method: str, ckpt: str, out: Path, per_device: int, seed: int, save_steps: int):
     cls = et.get_trainer_class(CASE_METHOD.get(method, method))
-    spg, ga, iters, max_steps, _ = LAYOUTS[method]
-    layout = {} if spg is None else {"steps_per_generation": spg}
+    spg, ga, iters, max_steps, _ = layout(method)
+    steps = {} if spg is None else {"steps_per_generation": spg}
     config = dict(
         output_dir=str(out), per_device_train_batch_size=per_device, num_generations=4, max_completion_length=6,
         max_steps=max_steps, num_iterations=iters, gradient_accumulation_steps=ga, learning_rate=0.05,
         optim="adamw_torch", lr_scheduler_type="linear", logging_steps=1, save_strategy="steps",
         save_steps=save_steps, report_to=[], use_cpu=True, bf16=False, seed=seed, disable_tqdm=True,
-        **layout, **SETTINGS[method],
+        **steps, **SETTINGS.get(method, {}),
     )
     args = cls.config_class(**{**config, **CASE_CONFIG.get(method, {})})
     dataset = Dataset.from_dict({"prompt": PROMPTS * 4})  # 48 prompts: KL-Cov's 8-slice rollouts on 2 processes
@@ -97,7 +113,7 @@ def logged(trainer, after: int) -> dict:
 
 
 def run_one(method: str, ckpt: str, out: Path, per_device: int, seed: int):
-    _, _, _, max_steps, resume_at = LAYOUTS[method]
+    _, _, _, max_steps, resume_at = layout(method)
     full = make_trainer(method, ckpt, out / "full", per_device, seed, save_steps=resume_at)
     full.train()
     generate_every = full.args.steps_per_generation * full.num_iterations
@@ -127,7 +143,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--ckpt", required=True)
-    parser.add_argument("--methods", default=",".join(LAYOUTS))
+    parser.add_argument("--methods", default=None, help="comma-separated cases (default: `cases()`)")
     parser.add_argument("--per-device", type=int, default=4)
     parser.add_argument("--seed", type=int, default=11)
     a = parser.parse_args(argv)
@@ -135,7 +151,7 @@ def main(argv=None):
 
     PartialState(cpu=True)
     trainer = None
-    for method in a.methods.split(","):
+    for method in (a.methods.split(",") if a.methods is not None else cases()):
         trainer = run_one(method, a.ckpt, Path(a.out) / method, a.per_device, a.seed)
     if trainer is not None:
         trainer.accelerator.end_training()

@@ -488,3 +488,34 @@ def test_the_private_import_check_sees_a_violation(tmp_path):
         "trainers/methods/m.py:2 exploration_trl.rewards.base._grade",
         "trainers/methods/m.py:4 exploration_trl.core._utils",
     ]
+
+
+# ------------------------------------------------------------------------------- the registry (issue 64, item 4)
+def test_the_registry_is_complete_whatever_is_imported_first():
+    """A fresh process that reads the registry before anything imports the trainers sees every built-in method, in
+    the order the trainers register them, and can build a trainer from it (the entry point in setup.cfg)."""
+    import subprocess
+
+    code = ("import sys\nfrom exploration_trl.methods import ADVANTAGE_SIDE, METHODS, method_info\n"
+            "assert 'exploration_trl.trainers' not in sys.modules\n"
+            "print(','.join(METHODS)); print(','.join(ADVANTAGE_SIDE)); print(method_info('casp').display)\n"
+            "print(METHODS['casp'][0].__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names, advantage, casp, trainer = out.stdout.split("\n")[:4]
+    assert names.split(",") == list(methods.METHODS) and advantage.split(",") == list(ADVANTAGE_SIDE)
+    assert casp == methods.method_info("casp").display and trainer == "CaSPTrainer"
+
+
+def test_a_method_module_that_fails_to_import_is_named(monkeypatch):
+    """An entry point of another package whose module does not import: one error naming the module and the entry
+    point (the package's own modules are loaded already and are not imported again)."""
+    from importlib.metadata import EntryPoint
+
+    declared = EntryPoint(name="mine", value="my_package_that_is_not_installed.methods", group="exploration_trl.methods")
+    monkeypatch.setattr(methods, "_MODULES", None)
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: [declared])
+    with pytest.raises(ImportError, match=r"^the method module my_package_that_is_not_installed\.methods \(entry "
+                                          r"point 'mine' of exploration_trl\.methods\) failed to import: "
+                                          r"ModuleNotFoundError: No module named 'my_package_that_is_not_installed'$"):
+        list(methods.METHODS)

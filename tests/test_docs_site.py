@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import exploration_trl
+from helpers import builtin_methods
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS = REPO_ROOT / "tests"
@@ -148,14 +149,6 @@ def module_literal(path: Path, name: str):
         if isinstance(node, ast.Assign) and any(isinstance(n, ast.Name) and n.id == name for n in node.targets):
             return ast.literal_eval(node.value)
     raise AssertionError(f"{path.name} has no module-level `{name} = <literal>`")
-
-
-def builtin_methods() -> list[str]:
-    """The registered methods defined in the package (not one a test registered), in registration order."""
-    from exploration_trl.methods import strategy_of
-
-    return [name for name, (trainer, _) in exploration_trl.METHODS.items()
-            if (strategy_of(name) or trainer).__module__.startswith("exploration_trl.")]
 
 
 def test_site_builds_strictly(site):
@@ -340,7 +333,9 @@ def _method_names(fragment: str, known: set[str]) -> set[str]:
 def test_distributed_page_lists_what_the_multiprocess_tests_run(site):
     """docs/distributed.md says tests/test_multiprocess.py launches every registered method: its METHODS must hold
     each of them, and the page must name exactly what it runs (and the LoRA methods as LORA_METHODS)."""
-    mp_methods = module_literal(TESTS / "test_multiprocess.py", "METHODS")
+    from mp_driver import cases
+
+    mp_methods = cases()
     lora = module_literal(TESTS / "test_multiprocess.py", "LORA_METHODS")
     registered = builtin_methods()
     missing = [m for m in registered if m not in mp_methods]

@@ -37,15 +37,17 @@ import yaml
 from safetensors.torch import load_file
 
 from exploration_trl.core.advantages import group_advantages, progrpo_advantages
+from exploration_trl.methods import method_info
 from helpers import child_pythonpath, toy_checkpoint
+from mp_driver import cases
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-METHODS = ["grpo", "progrpo", "dsgrpo", "casp", "kl_cov", "clip_cov", "progrpo+casp", "passk", "pkpo", "unlikely",
-           "kl_cov-global", "clip_cov-global", "maxrl", "wreinforce", "qae", "entropy_adv", "outcome_explore",
-           "maxrl+entropy_adv"]
+#: What a launch trains (mp_driver's cases: every registered method, the compositions and the global selections).
+METHODS = cases()
 LORA_METHODS = ["casp", "progrpo+casp", "kl_cov"]
-#: Method-specific metric keys (the exploration/* keys are checked for every method).
+#: Method-specific metric keys (the exploration/* keys are checked for every method, and a key under each of a
+#: method's registered `metric_prefixes` for every method, a new one included).
 METHOD_METRICS = {
     "grpo": [],
     "progrpo": ["progrpo/confidence_mean", "progrpo/prompt_confidence_mean", "progrpo/adjustment_abs_mean"],
@@ -167,8 +169,10 @@ def test_method_under_engine(engine, method, runs):
     assert info["head_zero3_partitioned"] == (engine == "zero3")
 
     logged = {k for entry in info["log_history"] for k in entry}
-    wanted = EXPLORATION_METRICS + [k for part in method.split("+") for k in METHOD_METRICS[part]]
+    wanted = EXPLORATION_METRICS + [k for part in method.split("+") for k in METHOD_METRICS.get(part, [])]
     assert not [k for k in wanted if k not in logged], f"missing metrics under {engine}"
+    prefixes = [p for part in method.removesuffix("-global").split("+") for p in method_info(part).metric_prefixes]
+    assert all(any(k.startswith(p) for k in logged) for p in prefixes), (prefixes, f"missing metrics under {engine}")
     # Reward failures are counted per process and summed: the same counts as one process on the same batches.
     failures = [[e[FAILURES] for e in run["log_history"] if FAILURES in e] for run in (info, _run(one / method))]
     assert failures[0] == failures[1] and sum(failures[0]) > 0, failures

@@ -1,6 +1,7 @@
 """Exact resume (exploration_trl/trainers/components/resume.py): a run resumed from a checkpoint inside a rollout's
 updates equals the uninterrupted run, for every method and for dynamic sampling (whose refill iterator's position is
-saved too), in 1 process and in 2 (real DDP, gloo); a checkpoint without the saved buffer (0.2.0, plain TRL) still
+saved too), in 1 process, and in 2 (real DDP, gloo) for GRPO, dynamic sampling and every method with state of its
+own (the other methods' 2-process runs are `slow`); a checkpoint without the saved buffer (0.2.0, plain TRL) still
 resumes and says that the partial rollout is re-sampled.
 
 Each launch of tests/resume_driver.py trains all methods (uninterrupted run, then the resumed one), so the 2-process
@@ -23,11 +24,30 @@ import yaml
 
 from exploration_trl.trainers.components.resume import STATE_FILE
 from helpers import grpo_kwargs, letter_reward, max_param_diff, toy_checkpoint, toy_dataset
-from resume_driver import LAYOUTS
+from resume_driver import CASE_METHOD, cases, layout
 from test_multiprocess import ROOT, TESTS, _accelerate, _env
 
-METHODS = list(LAYOUTS)
+METHODS = cases()
 TOL = 1e-6  # measured: 0.0 in both process counts
+
+
+def _own_state(case: str) -> bool:
+    """Whether a case is resumed in 2 processes in the main suite: GRPO (the rollout buffer every method shares),
+    dynamic sampling (its refill iterator) and every method with state of its own between steps, read from its
+    strategy: saved state (`state_dict`), private generators, or a loss-side method (its per-process token
+    selection). The other advantage-side methods are functions of the restored rollout; their 2-process resume is
+    slow (about 30 s more)."""
+    from exploration_trl.methods import parse_method, strategy_of
+    from exploration_trl.trainers.strategy import Strategy
+
+    if case in ("grpo", "grpo_dynamic_sampling"):
+        return True
+    parts = [strategy_of(p) for p in parse_method(CASE_METHOD.get(case, case))]
+    return any(s is not None and (s.side == "loss" or s.state_dict is not Strategy.state_dict
+                                  or s.generators is not Strategy.generators) for s in parts)
+
+
+MAIN_TWO_PROCESS = tuple(m for m in METHODS if _own_state(m))
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +56,9 @@ def launches(tmp_path_factory):
     ckpt = toy_checkpoint(tmp / "ckpt")
 
     @cache
-    def launch(num_processes: int) -> Path:
-        out = tmp / f"np{num_processes}"
-        driver = [str(TESTS / "resume_driver.py"), str(out), "--ckpt", ckpt, "--methods", ",".join(METHODS)]
+    def launch(num_processes: int, methods: tuple[str, ...]) -> Path:
+        out = tmp / f"np{num_processes}-{len(methods)}"
+        driver = [str(TESTS / "resume_driver.py"), str(out), "--ckpt", ckpt, "--methods", ",".join(methods)]
         if num_processes == 1:
             cmd = [sys.executable, *driver]
         else:
@@ -56,10 +76,14 @@ def launches(tmp_path_factory):
     return launch
 
 
-@pytest.mark.parametrize("num_processes", [1, 2])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("method", "num_processes"), [
+    *((m, 1) for m in METHODS), *((m, 2) for m in MAIN_TWO_PROCESS),
+    *(pytest.param(m, 2, marks=pytest.mark.slow) for m in METHODS if m not in MAIN_TWO_PROCESS)])
 def test_resume_inside_rollout_is_exact(method, num_processes, launches):
-    out = launches(num_processes) / method
+    # One launch per process count and set: every case in 1 process, the main suite's 2-process cases, the slow rest.
+    group = METHODS if num_processes == 1 else MAIN_TWO_PROCESS if method in MAIN_TWO_PROCESS else tuple(
+        m for m in METHODS if m not in MAIN_TWO_PROCESS)
+    out = launches(num_processes, tuple(group)) / method
     result = json.loads((out / "result.json").read_text())
     assert result["num_processes"] == num_processes
     assert result["inside_rollout"] and result["generations_after_resume"] >= 1
@@ -68,10 +92,10 @@ def test_resume_inside_rollout_is_exact(method, num_processes, launches):
     assert result["full_log"] and result["resumed_log"] == result["full_log"]  # losses and metrics, step by step
     if method == "grpo_dynamic_sampling":  # refills (rounds > 1) before the checkpoint and after it
         rounds = {int(step): r for step, r in result["refill_rounds"].items()}
-        resume_at = LAYOUTS[method][-1]
+        resume_at = layout(method)[-1]
         assert any(r > 1 for s, r in rounds.items() if s <= resume_at), rounds
         assert any(r > 1 for s, r in rounds.items() if s > resume_at), rounds
-    checkpoint = out / "full" / f"checkpoint-{LAYOUTS[method][-1]}"
+    checkpoint = out / "full" / f"checkpoint-{layout(method)[-1]}"
     for rank in range(num_processes):  # one state file per process, the buffer saved (mid-rollout checkpoint)
         assert (checkpoint / STATE_FILE.format(rank)).is_file()
 

@@ -21,8 +21,8 @@
 * :mod:`~exploration_trl.hub.command` - the `exploration-trl push` subcommand.
 
 What a card says about its method (name, trainer, description, paper, hyperparameter prefixes) is the method's record
-in the registry (`exploration_trl.methods`), which `exploration_trl.trainers` fills when it is imported: the trainers
-write cards, so this package sits below them and never imports them. A card records its method section, so updating
+in the registry (`exploration_trl.methods`), which imports the method modules on its first read: the trainers write
+cards, so this package sits below them and never imports them. A card records its method section, so updating
 it (`write_model_card(output_dir)`, `exploration-trl push`) needs no registry; a card for a new method name does.
 
 Imports are lazy: `import exploration_trl.hub` loads neither `huggingface_hub` nor matplotlib.

@@ -454,8 +454,8 @@ def write_model_card(
 
     Args:
         output_dir: the trained folder (full model, or a PEFT adapter with `adapter_config.json`).
-        method: a registered method (`exploration-trl train --help` lists them; `exploration_trl.trainers` registers
-            the built-in ones when imported) or a composition of an advantage-side and a loss-side one. May be left
+        method: a registered method (`exploration-trl train --help` lists them; the registry loads the built-in ones
+            on its first read) or a composition of an advantage-side and a loss-side one. May be left
             out when the folder already has a card written by this function.
         base_model: Hub id (or local path) of the model training started from.
         dataset: training dataset: Hub id, built-in name (`gsm8k`, `countdown`, ...) or local file.

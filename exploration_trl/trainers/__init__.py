@@ -14,16 +14,7 @@ import sys as _sys
 import types as _types
 
 from .base import ExplorationGRPOConfig, ExplorationGRPOTrainer, RolloutBatch
-from .methods.progrpo import ProGRPOConfig, ProGRPOTrainer
-from .methods.dsgrpo import DSGRPOConfig, DSGRPOTrainer
-from .methods.casp import CaSPConfig, CaSPTrainer
-from .methods.cov import ClipCovConfig, ClipCovTrainer, KLCovConfig, KLCovTrainer
-from .methods.passk import PasskConfig, PasskTrainer, PKPOConfig, PKPOTrainer, UnlikelyConfig, UnlikelyTrainer
-from .methods.maxrl import MaxRLConfig, MaxRLTrainer
-from .methods.wreinforce import WReinforceConfig, WReinforceTrainer
-from .methods.qae import QAEConfig, QAETrainer
-from .methods.entropy_adv import EntropyAdvConfig, EntropyAdvTrainer
-from .methods.outcome_explore import OutcomeExploreConfig, OutcomeExploreTrainer
+from . import methods as _method_modules  # noqa: F401  (each method's module registers it and binds its trainer)
 from .composition import METHODS, get_config_class, get_trainer_class, parse_method
 from .. import methods as _methods
 from ..methods import MethodInfo, Paper, arxiv_paper, register_method
@@ -36,19 +27,16 @@ def _thin_trainer(name: str) -> type:
                 {"method": name, "__module__": strategy.__module__})
 
 
-_methods._TRAINER_FACTORY = _thin_trainer
+_methods.set_trainer_factory(_thin_trainer)
 
 __all__ = [
-    "ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "ProGRPOConfig", "ProGRPOTrainer",
-    "DSGRPOConfig", "DSGRPOTrainer", "CaSPConfig", "CaSPTrainer", "KLCovConfig", "KLCovTrainer",
-    "ClipCovConfig", "ClipCovTrainer", "PasskConfig", "PasskTrainer", "PKPOConfig", "PKPOTrainer", "UnlikelyConfig",
-    "UnlikelyTrainer", "METHODS", "get_trainer_class", "get_config_class", "parse_method", "MethodInfo", "Paper",
-    "arxiv_paper", "register_method",
+    "ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "METHODS", "get_trainer_class",
+    "get_config_class", "parse_method", "MethodInfo", "Paper", "arxiv_paper", "register_method",
 ]
 
 
-# Every registered method's trainer and config is importable from here (and as `exploration_trl.<Name>`), those of
-# a method module added to this folder included.
+# Every registered method's trainer and config is importable from here (and as `exploration_trl.<Name>`), read from
+# the registry: a method module added to `methods/` needs no line here.
 for _trainer_cls, _config_cls in list(METHODS.values()):
     for _cls in (_trainer_cls, _config_cls):
         globals().setdefault(_cls.__name__, _cls)
