@@ -132,3 +132,9 @@ def builtin_methods() -> list[str]:
 
     return [name for name, (trainer, _) in METHODS.items()
             if (strategy_of(name) or trainer).__module__.startswith("exploration_trl.")]
+
+
+def cases_with(table) -> list[str]:
+    """A driver's cases: the keys of its `table` (cases with their own settings), then every built-in method that has
+    none, so that a new method's module is run without an edit to the driver."""
+    return [*table, *(m for m in builtin_methods() if m not in table)]

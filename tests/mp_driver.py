@@ -82,9 +82,9 @@ METHOD_SETTINGS = {
 def cases() -> list[str]:
     """What one launch trains: the cases above, then every registered method that has none (at its defaults), so
     that a new method's module is tested under every engine without an edit here."""
-    from helpers import builtin_methods
+    from helpers import cases_with
 
-    return [*METHOD_SETTINGS, *(m for m in builtin_methods() if m not in METHOD_SETTINGS)]
+    return cases_with(METHOD_SETTINGS)
 
 
 def counted_reward(completions, **kwargs):

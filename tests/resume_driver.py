@@ -57,9 +57,9 @@ def layout(method: str) -> tuple:
 def cases() -> list[str]:
     """What a launch resumes: the rows above, then every registered method without one (at `DEFAULT_LAYOUT`), so
     that a new method's module is tested without an edit here."""
-    from helpers import builtin_methods
+    from helpers import cases_with
 
-    return [*LAYOUTS, *(m for m in builtin_methods() if m not in LAYOUTS)]
+    return cases_with(LAYOUTS)
 
 
 #: Cases that are not a method name: the method they train, a reward and config changes. Dynamic sampling needs
