@@ -42,7 +42,9 @@ def test_at_most_two_classes_between_a_method_and_trl():
 def test_a_composition_inherits_nothing_of_its_methods():
     cls = get_trainer_class("progrpo+casp")
     assert cls.__bases__ == (ExplorationGRPOTrainer,) and cls.method == "progrpo+casp"
-    assert set(cls.__dict__) <= {"method", "method_parts", "method_name", "config_class", "__module__", "__doc__"}
+    abc_bookkeeping = {"__abstractmethods__", "_abc_impl"}  # `abc` writes these on every class of `TrainerSteps`
+    assert set(cls.__dict__) - abc_bookkeeping <= {"method", "method_parts", "method_name", "config_class",
+                                                   "__module__", "__doc__"}
 
 
 def _package_classes() -> list[type]:
@@ -519,3 +521,82 @@ def test_a_method_module_that_fails_to_import_is_named(monkeypatch):
                                           r"point 'mine' of exploration_trl\.methods\) failed to import: "
                                           r"ModuleNotFoundError: No module named 'my_package_that_is_not_installed'$"):
         list(methods.METHODS)
+
+
+# ------------------------------------------------------------------ the boundary's calls up (issue 64, item 1)
+#: The names the boundary uses for the trainer it serves: `self` inside `TRLAdapter`, else these.
+_TRAINER_NAMES = {"trainer", "t"}
+
+
+def _trainer_reads(path: Path) -> list[tuple[int, str]]:
+    """`(line, name)` of every attribute a boundary module reads or writes on the trainer."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") in ("GRPOTrainer", "TrainerSteps")
+                                                  for b in node.bases):
+            found += [(n.lineno, n.attr) for n in ast.walk(node) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Name) and n.value.id == "self"]
+        if isinstance(node, ast.Attribute):
+            holder = node.value
+            if isinstance(holder, ast.Attribute) and holder.attr == "trainer" and getattr(holder.value, "id", "") \
+                    == "self" or isinstance(holder, ast.Name) and holder.id in _TRAINER_NAMES:
+                found.append((node.lineno, node.attr))
+    return found
+
+
+def _package_trainer_names(trainers_dir: Path) -> set[str]:
+    """What `trainers/` adds to a trainer: its classes' members and what their methods set on `self`."""
+    names = set()
+    for path in trainers_dir.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and "Trainer" in node.name:
+                names |= {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                names |= {t.id for n in node.body if isinstance(n, ast.Assign) for t in n.targets
+                          if isinstance(t, ast.Name)}
+                names |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                          and getattr(n.value, "id", "") == "self"}
+    return names
+
+
+def calls_up_outside_trainer_steps(boundary: Path, trainers_dir: Path) -> list[str]:
+    """`path:line name` of every member of the package's trainer a boundary module uses that `TrainerSteps` does not
+    declare (TRL's own members and the boundary's are fine)."""
+    from exploration_trl.boundary.steps import TrainerSteps
+
+    declared = set(TrainerSteps.__abstractmethods__)
+    boundary_own = {name for cls in (TRLAdapter,) for name in vars(cls)} | set(TRLAdapter.__annotations__)
+    package = _package_trainer_names(trainers_dir) - boundary_own - set(dir(GRPOTrainer))
+    return [f"{path.relative_to(boundary.parent)}:{line} {name}" for path in sorted(boundary.rglob("*.py"))
+            for line, name in sorted(set(_trainer_reads(path))) if name in package and name not in declared]
+
+
+def test_the_boundary_calls_up_only_through_trainer_steps():
+    """Everything the boundary asks of `ExplorationGRPOTrainer` is one abstract method of `boundary.steps.TrainerSteps`
+    (or the boundary's own member, or TRL's): no component, strategy or private step is reached from below."""
+    assert calls_up_outside_trainer_steps(BOUNDARY, PACKAGE / "trainers") == []
+    assert not ExplorationGRPOTrainer.__abstractmethods__  # the trainer writes every declared step
+
+
+def test_only_the_adapter_writes_its_state():
+    own = set(TRLAdapter.__annotations__)
+    assert {"_capture", "_ds_replay", "_loss_inputs", "_loss_state", "lm_head", "vllm"} <= own
+    writes = [f"{path.relative_to(PACKAGE)}:{n.lineno} {n.attr}" for path in sorted((PACKAGE / "trainers").rglob("*.py"))
+              for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+              if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr in own]
+    assert writes == []
+
+
+def test_the_calls_up_check_sees_a_violation(tmp_path):
+    (tmp_path / "boundary").mkdir()
+    (tmp_path / "trainers").mkdir()
+    (tmp_path / "trainers" / "base.py").write_text(
+        "class MyTrainer:\n    def __init__(self):\n        self.rollout = None\n"
+        "    def _set_advantages(self, output, capture):\n        return output\n"
+        "    def _secret_step(self):\n        pass\n")
+    (tmp_path / "boundary" / "adapter.py").write_text(
+        "class A(GRPOTrainer):\n    def f(self):\n        self._set_advantages(1, 2)\n        self._secret_step()\n"
+        "        self.args\n"
+        "class Helper:\n    def g(self):\n        t = self.trainer\n        t.rollout.finish()\n"
+        "        self.trainer.rollout\n        t.accelerator\n")
+    assert calls_up_outside_trainer_steps(tmp_path / "boundary", tmp_path / "trainers") == [
+        "boundary/adapter.py:4 _secret_step", "boundary/adapter.py:9 rollout", "boundary/adapter.py:10 rollout"]

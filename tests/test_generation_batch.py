@@ -32,16 +32,14 @@ class _Recorder(ExplorationGRPOTrainer):
 
     def _start_rollout_capture(self, inputs):
         self.calls.append(("capture", inputs))
-        self._capture = "capturing"
-        return True
+        return True  # the adapter then captures TRL's passes
 
     def _dynamic_sampling_select(self, inputs):
-        self.calls.append(("select", inputs, self._capture))
-        self._ds_replay = {"replay": True}
-        return ["kept"]
+        self.calls.append(("select", inputs, self._capture.mode))
+        return ["kept"], {"replay": True}
 
-    def _finish_rollout_capture(self, output, need_rollout):
-        self.calls.append(("finish", output, need_rollout, self._ds_replay))
+    def _finish_rollout_capture(self, output, capture):
+        self.calls.append(("finish", output, capture.mode, self._ds_replay))
         return "statistics"
 
     def _set_advantages(self, output, capture):
@@ -63,9 +61,9 @@ def test_the_steps_run_in_order(monkeypatch):
     assert trainer.calls == [
         "vllm",
         ("capture", ["a", "b"]),
-        ("select", ["a", "b"], "capturing"),  # dynamic sampling generates under the rollout capture
+        ("select", ["a", "b"], "rollout"),  # dynamic sampling generates under the rollout capture
         ("trl", ["kept"], {"replay": True}),  # TRL scores the kept rows, replaying their generations
-        ("finish", {"rows": ["kept"]}, True, None),  # the replay is over before the statistics are read
+        ("finish", {"rows": ["kept"]}, "rollout", None),  # the replay is over before the statistics are read
         ("advantages", "statistics", None),  # the capture is closed before the advantage hook
     ]
     failing = _Recorder(fail=True)

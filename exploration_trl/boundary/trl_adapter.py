@@ -5,8 +5,9 @@ They are written here, not in `base.py`, so that a TRL upgrade is a read of the 
 behaviour it relies on, `tests/test_trl_contract.py` pins them and `tests/test_architecture.py` keeps them here.
 Each override calls TRL's own method with `super()`: `TRLAdapter` subclasses `GRPOTrainer` directly, so two
 classes stand between a public trainer and TRL's (`ProGRPOTrainer` -> `ExplorationGRPOTrainer` -> `TRLAdapter` ->
-`GRPOTrainer`). The components read TRL's state only through the accessors at the end. docs/internals.md has the
-picture.
+`GRPOTrainer`). Inside the overrides the adapter calls the trainer only through `TrainerSteps` (`steps.py`: one
+abstract method per call up, typed); its own state between TRL's calls is written here only. The components read
+TRL's state only through the accessors at the end. docs/internals.md has the picture.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from contextlib import contextmanager, nullcontext
 import torch
 from trl import GRPOTrainer
 
-from .capture import Capture, fill
+from .capture import Capture, LMHead, fill
 from .deepspeed_import import deepspeed_only_when_imported
 from .fused_head import folding
-from .loss_terms import aggregate_per_token, weighted_as_trl
+from .loss_terms import aggregate_per_token, loss_mask, weighted_as_trl
+from .steps import TrainerSteps
 from .trl_warnings import quiet_trl_rollout_deprecations
-from .vllm_support import check_cpu_head_size, cpu_generation_class, trl_builds, vllm_on_cpu
+from .vllm_support import VLLMSupport, check_cpu_head_size, cpu_generation_class, trl_builds, vllm_on_cpu
 
 __all__ = ["TRLAdapter", "eval_strategy_lifted", "trl_until_assembled"]
 
@@ -59,11 +61,19 @@ def eval_strategy_lifted(targs, has_eval_data: bool, configured: bool):
             targs.eval_strategy = saved
 
 
-class TRLAdapter(GRPOTrainer):
-    """TRL's `GRPOTrainer` with the package's overrides and accessors; `ExplorationGRPOTrainer` builds on it (see the
-    module's docstring). Not a public trainer: use `ExplorationGRPOTrainer` or a method's class."""
+class TRLAdapter(GRPOTrainer, TrainerSteps):
+    """TRL's `GRPOTrainer` with the package's overrides and accessors; `ExplorationGRPOTrainer` builds on it and
+    writes the `TrainerSteps` these overrides call (see the module's docstring). Not a public trainer: use
+    `ExplorationGRPOTrainer` or a method's class."""
 
     _tag_names = ["trl", "grpo", "exploration-trl", "rlvr"]
+    # The adapter's own state between TRL's calls, written only in this class.
+    _capture: Capture | None  # what the next policy pass of TRL records (None: nothing)
+    _ds_replay: dict | None  # dynamic sampling's kept generations and rewards, while TRL's pass replays them
+    _loss_inputs: dict | None  # the micro-batch TRL's loss is computing, and the loss hooks' state for it
+    _loss_state: dict
+    lm_head: LMHead  # the policy's LM head (the captured passes, the folded candidates)
+    vllm: VLLMSupport  # vLLM's log-probs reused, and its shutdown
 
     def _build_trl(self, args, kwargs, heldout_benchmark) -> None:
         """TRL's `GRPOTrainer.__init__(*args, **kwargs)`, with the package's scopes around it: TRL's rollout
@@ -77,6 +87,18 @@ class TRLAdapter(GRPOTrainer):
                 eval_strategy_lifted(targs, bound.get("eval_dataset") is not None, heldout_configured), \
                 trl_builds(cpu_generation_class() if vllm_on_cpu(targs) else None):
             super().__init__(*args, **kwargs)
+        self._capture, self._ds_replay, self._loss_inputs, self._loss_state = None, None, None, {}
+        self.lm_head = LMHead(self)
+
+    def _start_vllm_support(self) -> None:
+        """Build `vllm` once the trainer's strategies exist: it reads which statistics they need
+        (`VLLMSupport.request_prompt_logprobs`)."""
+        self.vllm = VLLMSupport(self)
+
+    def _begin_capture(self, mode: str) -> Capture:
+        """Record the next policy pass of TRL's (`mode` "rollout" or "loss") and return what it will hold."""
+        self._capture = Capture(mode=mode)
+        return self._capture
 
     def _trl_computes_old_logps(self) -> bool:
         """Mirror of TRL 1.16's condition for computing `old_per_token_logps` in `_generate_and_score_completions`.
@@ -96,14 +118,14 @@ class TRLAdapter(GRPOTrainer):
         computing old log-probs (`_get_per_token_logps_and_entropies`) in it, and on its loss reading the returned
         `advantages`."""
         self.vllm.start_batch()
-        need_rollout = self._start_rollout_capture(inputs)
+        self._capture = Capture(mode="rollout") if self._start_rollout_capture(inputs) else None
         try:
             try:
-                inputs = self._dynamic_sampling_select(inputs)
+                inputs, self._ds_replay = self._dynamic_sampling_select(inputs)
                 output = super()._generate_and_score_completions(inputs)
             finally:
                 self._ds_replay = None
-            capture = self._finish_rollout_capture(output, need_rollout)
+            capture = self._finish_rollout_capture(output, self._capture)
         finally:
             self._capture = None
         return self._set_advantages(output, capture)
@@ -114,7 +136,7 @@ class TRLAdapter(GRPOTrainer):
         replay = self._ds_replay
         if replay is None:
             return super()._generate(prompts)
-        self.rollout.generation_logps = replay["generation_logps"]  # read after generation, as a live one's
+        self._take_generation_logps(replay["generation_logps"])  # read after generation, as a live one's
         return replay["generated"]
 
     @trl_until_assembled
@@ -128,19 +150,19 @@ class TRLAdapter(GRPOTrainer):
         else:
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             outcomes = pop_outcomes()  # popped on every batch so that none is left for the next
-        self.rollout.after_rewards(rewards_per_func, prompts, outcomes)
+        self._after_rewards(rewards_per_func, prompts, outcomes)
         return rewards_per_func
 
     @trl_until_assembled
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # Relies on TRL 1.16 calling the model's `generate` (transformers path) inside this method, once per batch.
-        recorder = self.rollout.recorder(capturing=self._capture is not None)
+        recorder = self._generation_recorder(capturing=self._capture is not None)
         with recorder.attached(self.lm_head.of(self.model)[0]) if recorder else nullcontext():
             completion_ids, logprobs = super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
         if recorder is not None:
-            self.rollout.generation_logps = recorder.per_row(completion_ids)
+            self._take_generation_logps(recorder.per_row(completion_ids))
         return completion_ids, logprobs
 
     @trl_until_assembled
@@ -172,10 +194,9 @@ class TRLAdapter(GRPOTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # TRL's compute_loss -> _compute_loss calls `_get_per_token_logps_and_entropies` once for the policy;
         # the override captures that call (hidden states, entropies) and applies `_transform_policy_logps`.
-        for strategy in self.strategies:
-            strategy.before_loss(model, inputs)  # before the capture starts: a pre-pass is not the loss's pass
+        self._before_loss(model, inputs)  # before the capture starts: a pre-pass is not the loss's pass
         self._loss_inputs, self._loss_state = inputs, {}
-        self._ran_hooks = set()
+        self._reset_hooks_ran()
         self._capture = Capture(mode="loss") if self._needs_loss_capture() else None
         try:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -190,8 +211,7 @@ class TRLAdapter(GRPOTrainer):
         if capture is not None and capture.done:
             extra = self._extra_per_token_loss(inputs, capture, self._loss_state)
             if extra is not None:
-                loss = loss + self._aggregate_per_token(weighted_as_trl(self, extra, inputs), self._loss_mask(inputs),
-                                                        inputs)
+                loss = loss + self._aggregate_per_token(weighted_as_trl(self, extra, inputs), loss_mask(inputs), inputs)
             if self.args.exploration_metrics:
                 self._log_token_metrics(inputs, capture)
         self._check_hooks_ran(
@@ -218,11 +238,9 @@ class TRLAdapter(GRPOTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL's `log` averages its metric window (`_metrics`): the queued values go into it first, then the
         # warnings decided from the window, then the final advantages into its completions table (`_logs`).
-        self.metrics.flush()
-        self.metrics.warn_declared()
+        final = self._before_log(len(self.logged_advantages()) if self.log_completions else 0)
         if self.log_completions:
             logged = self.logged_advantages()
-            final = self.metrics.final_advantages(len(logged))
             for _ in range(len(final)):
                 logged.pop()
             logged.extend(final)
@@ -236,14 +254,14 @@ class TRLAdapter(GRPOTrainer):
             try:
                 return super().train(*args, **kwargs)
             except KeyboardInterrupt:
-                self.resume.on_interrupt()
+                self._on_interrupt()
                 raise
 
     @trl_until_assembled
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         # Held-out pass@k on HF's evaluation schedule (`heldout_eval.py`). An override, not a callback, because
         # `Trainer._evaluate` picks the best checkpoint from the dict `evaluate` returns.
-        if self.heldout.benchmark is None:
+        if not self._has_heldout_benchmark():
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         metrics: dict[str, float] = {}
         if eval_dataset is not None or self.eval_dataset is not None:
@@ -252,7 +270,7 @@ class TRLAdapter(GRPOTrainer):
         self.model.eval()
         try:
             with quiet_trl_rollout_deprecations():
-                held = self.heldout.evaluate(metric_key_prefix)
+                held = self._evaluate_heldout(metric_key_prefix)
             self.log(dict(held))
         finally:
             self.model.train(was_training)
@@ -281,8 +299,8 @@ class TRLAdapter(GRPOTrainer):
         # A checkpoint keeps the logging window's metrics (`Resume.state`), so a resumed run logs the same averages:
         # the queued values go into it first (every process saves, so the collective is safe here).
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        with self.resume.guard_checkpoint(folder):
-            self.metrics.flush()
+        with self._guard_checkpoint(folder):
+            self._flush_device_metrics()
             super()._save_checkpoint(model, trial)
 
     @trl_until_assembled
@@ -290,7 +308,7 @@ class TRLAdapter(GRPOTrainer):
         # Relies on transformers calling this on every process inside `_save_checkpoint`, before
         # `trainer_state.json` (which marks a checkpoint complete) is written.
         super()._save_rng_state(output_dir)
-        self.resume.save(output_dir)
+        self._save_package_state(output_dir)
 
     @trl_until_assembled
     def _load_rng_state(self, checkpoint: str | None) -> None:
@@ -298,13 +316,18 @@ class TRLAdapter(GRPOTrainer):
         # loaded and before the first `training_step`.
         super()._load_rng_state(checkpoint)
         if checkpoint is not None:
-            self.resume.load(checkpoint)
+            self._load_package_state(checkpoint)
 
     # ------------------------------------------------------------------ accessors of TRL's state
     # The components read TRL's (and transformers') private state only through these.
     def metrics_window(self, mode: str):
         """TRL's metric window (`_metrics[mode]`: name -> values since the last log, which `log` averages)."""
         return self._metrics[mode]
+
+    def note_metric(self, name: str, value: float) -> None:
+        """Append a number the host already knows to TRL's metric window of the current mode, now (nothing to
+        reduce, no device value to read)."""
+        self._metrics["train" if self.model.training else "eval"][name].append(value)
 
     def rollout_buffer(self) -> tuple[int, list | None]:
         """`(_step, _buffered_inputs)`: TRL 1.16's `_prepare_inputs` generates every `steps_per_generation *

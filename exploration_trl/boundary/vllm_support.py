@@ -228,7 +228,7 @@ class VLLMSupport:
         mask = output["completion_mask"].bool()
         if torch.isnan(logps[mask]).any():  # a token vLLM could not score: recompute instead
             return None
-        self.trainer.metrics.note("vllm/rollout_logps_from_vllm", 1.0)
+        self.trainer.note_metric("vllm/rollout_logps_from_vllm", 1.0)
         return Capture(mode="rollout", logps=torch.where(mask, logps, torch.zeros_like(logps)))
 
     @torch.no_grad()
@@ -248,7 +248,7 @@ class VLLMSupport:
             scored = torch.tensor(values[1:], dtype=out.dtype, device=out.device)
             if scored.numel():
                 out[i, width - 1 - scored.numel():] = scored
-        self.trainer.metrics.note("vllm/prompt_logps_from_vllm", 1.0)
+        self.trainer.note_metric("vllm/prompt_logps_from_vllm", 1.0)
         return out
 
     # ------------------------------------------------------------------ shutdown

@@ -9,8 +9,9 @@ not act stops training (`HookDidNotRunError`). The concerns are components the t
 divergence, entropy band, correctness guard).
 
 **The TRL adapter** is the boundary's (`exploration_trl/boundary/trl_adapter.py`, this class's base): the overrides
-of TRL's methods, which call this class's steps below in TRL's order (and its `write_card` for TRL's model card), and
-the accessors through which the components read TRL's private state. This module overrides no method of TRL's and
+of TRL's methods, which call this class's steps below in TRL's order, and the accessors through which the components
+read TRL's private state. The steps it calls are declared, typed, in `boundary/steps.py` (`TrainerSteps`); this class
+writes them, and none of the adapter's state. This module overrides no method of TRL's and
 reads none of its private attributes (`tests/test_architecture.py`). docs/internals.md has the picture.
 """
 from __future__ import annotations
@@ -19,10 +20,9 @@ import warnings
 
 import torch
 
-from ..boundary.capture import LMHead, Capture
+from ..boundary.capture import Capture
 from ..boundary.loss_terms import loss_mask
 from ..boundary.trl_adapter import TRLAdapter
-from ..boundary.vllm_support import VLLMSupport
 from ..methods import register_method
 from ..rewards.base import is_correct
 from .callbacks.correctness_guard import CorrectnessGuard
@@ -60,22 +60,18 @@ class ExplorationGRPOTrainer(TRLAdapter):
         bind_public_class(cls)  # a thin method class, `method = "<name>"`, binds its strategy
 
     def __init__(self, *args, heldout_benchmark=None, **kwargs):
-        self._build_trl(args, kwargs, heldout_benchmark)  # TRL's `__init__`, in the boundary's scopes
-        # The adapter's own state between TRL's calls (see `_generate_and_score_completions` and `compute_loss`).
-        self._capture: Capture | None = None  # what the next policy pass of TRL records
-        self._ds_replay: dict | None = None  # the kept rows' generations and rewards, while TRL's pass replays them
-        self._loss_inputs, self._loss_state = None, {}
+        # TRL's `__init__`, in the boundary's scopes; then the adapter's state and `lm_head`.
+        self._build_trl(args, kwargs, heldout_benchmark)
         self._ran_hooks: set[str] = set()  # hooks that acted on the current step (see `_check_hooks_ran`)
         self._given_once: set[str] = set()  # `warn_once` keys already given
         # Components.
-        self.lm_head = LMHead(self)
         self.metrics = ExplorationMetrics(self)
         self.rollout = Rollout(self)
         self.resume = Resume(self)
         self.heldout = HeldoutEval(self, heldout_benchmark)
         self.dynamic_sampling = DynamicSampling(self)
         self.strategies = build_strategies(self)
-        self.vllm = VLLMSupport(self)
+        self._start_vllm_support()
         # Callbacks (callbacks/__init__.py): one that checks what the methods feed it, one observer, one controller.
         self.correctness_guard = CorrectnessGuard(self)
         self.add_callback(self.correctness_guard)
@@ -128,26 +124,34 @@ class ExplorationGRPOTrainer(TRLAdapter):
         return extras
 
     # ------------------------------------------------------------------ one generation batch
-    # The steps the adapter's `_generate_and_score_completions` runs around TRL's, in its order.
+    # The steps (`boundary.steps.TrainerSteps`) the adapter's `_generate_and_score_completions` runs around TRL's,
+    # in its order.
     def _start_rollout_capture(self, inputs) -> bool:
-        """Record this process's rows; start capturing TRL's passes when the method needs rollout statistics."""
+        """Record this process's rows; True when the method needs rollout statistics (the adapter then captures)."""
         self.rollout.inputs = inputs
         self.rollout.generation_logps = None
-        need_rollout = self.rollout.needs_statistics()
-        self._capture = Capture(mode="rollout") if need_rollout else None
-        return need_rollout
+        return self.rollout.needs_statistics()
 
     def _dynamic_sampling_select(self, inputs):
-        """The rows TRL's pass scores: the kept rows of dynamic sampling's rounds (replayed from `_ds_replay`)."""
+        """The rows TRL's pass scores, and their replay: the kept rows of dynamic sampling's rounds."""
         if not self.args.dynamic_sampling or not self.model.training:
-            return inputs
-        kept, self._ds_replay = self.dynamic_sampling.rounds(inputs)
+            return inputs, None
+        kept, replay = self.dynamic_sampling.rounds(inputs)
         self.rollout.inputs = kept
-        return kept
+        return kept, replay
 
-    def _finish_rollout_capture(self, output, need_rollout: bool) -> Capture | None:
+    def _generation_recorder(self, capturing: bool):
+        return self.rollout.recorder(capturing)
+
+    def _take_generation_logps(self, rows) -> None:
+        self.rollout.generation_logps = rows
+
+    def _after_rewards(self, rewards_per_func: torch.Tensor, prompts, outcomes: dict) -> None:
+        self.rollout.after_rewards(rewards_per_func, prompts, outcomes)
+
+    def _finish_rollout_capture(self, output, capture: Capture | None) -> Capture | None:
         """The rollout statistics of TRL's finished batch `output` (None when the method needs none)."""
-        return self.rollout.finish(output, self._capture) if need_rollout else None
+        return None if capture is None else self.rollout.finish(output, capture)
 
     def _capture_from_generation(self, output) -> Capture | None:
         """The rollout statistics from generation's own log-probs (transformers, then vLLM), when they are TRL's."""
@@ -155,7 +159,7 @@ class ExplorationGRPOTrainer(TRLAdapter):
 
     def _rollout_pass(self, output) -> Capture:
         """The one added no-grad pass, run only when a method needs rollout statistics TRL did not compute."""
-        self._capture = capture = Capture(mode="rollout")
+        capture = self._begin_capture("rollout")
         self.rollout.added_pass(output)
         return capture
 
@@ -176,6 +180,9 @@ class ExplorationGRPOTrainer(TRLAdapter):
 
     # ------------------------------------------------------------------ the loss side
     # The hooks the adapter's `_get_per_token_logps_and_entropies` and `compute_loss` call inside TRL's loss.
+    def _before_loss(self, model, inputs) -> None:
+        for strategy in self.strategies:
+            strategy.before_loss(model, inputs)
     def _transform_policy_logps(self, logps: torch.Tensor, capture: Capture, inputs, state: dict) -> torch.Tensor:
         """Return the log-probs TRL's loss should see (the loss-side strategy's `transform_logps`). TRL forms the
         ratio as `exp(returned - old)`, so a method that wants ratio `R` returns `old + log(R)`."""
@@ -198,6 +205,9 @@ class ExplorationGRPOTrainer(TRLAdapter):
     def _expected_hooks(self, side: str) -> list[str]:
         return expected_hooks(self, side)
 
+    def _reset_hooks_ran(self) -> None:
+        self._ran_hooks = set()
+
     def mark_hook_ran(self, name: str):
         """A hook acted on this step (`strategy.run_hook` marks the strategies'; see `strategy.check_hooks_ran`)."""
         self._ran_hooks.add(name)
@@ -215,6 +225,11 @@ class ExplorationGRPOTrainer(TRLAdapter):
         """Put the queued metrics into TRL's metric window now (a collective; `log` does it first)."""
         self.metrics.flush()
 
+    def _before_log(self, shown: int) -> list[float]:
+        self.metrics.flush()
+        self.metrics.warn_declared()
+        return self.metrics.final_advantages(shown)
+
     def warn_once(self, key: str, message: str, category: type[Warning] = UserWarning) -> None:
         """Warn once per run under `key` (from the main process)."""
         if key in self._given_once:
@@ -223,7 +238,26 @@ class ExplorationGRPOTrainer(TRLAdapter):
         if self.accelerator.is_main_process:
             warnings.warn(message, category, stacklevel=3)
 
+    # ------------------------------------------------------------------ checkpoints and resume (`Resume`)
+    def _on_interrupt(self) -> None:
+        self.resume.on_interrupt()
+
+    def _guard_checkpoint(self, folder: str):
+        return self.resume.guard_checkpoint(folder)
+
+    def _save_package_state(self, output_dir: str) -> None:
+        self.resume.save(output_dir)
+
+    def _load_package_state(self, checkpoint: str) -> None:
+        self.resume.load(checkpoint)
+
     # ------------------------------------------------------------------ evaluation, divergence, vLLM
+    def _has_heldout_benchmark(self) -> bool:
+        return self.heldout.benchmark is not None
+
+    def _evaluate_heldout(self, metric_key_prefix: str) -> dict:
+        return self.heldout.evaluate(metric_key_prefix)
+
     heldout_benchmark = property(lambda self: self.heldout.benchmark,
                                  lambda self, bench: setattr(self.heldout, "benchmark", bench))
     heldout_seconds = property(lambda self: self.heldout.seconds)

@@ -48,7 +48,7 @@ class ExplorationMetrics:
     def note(self, name: str, value: float) -> None:
         """Append a number the host already knows (e.g. a count of this process's batches) to TRL's metric window
         now: no device value to read and nothing to reduce, so it needs no queue."""
-        self.trainer.metrics_window("train" if self.trainer.model.training else "eval")[name].append(value)
+        self.trainer.note_metric(name, value)
 
     def flush(self) -> None:
         """Append every queued metric's global mean to TRL's metric window (one reduce, one device-to-host copy).
