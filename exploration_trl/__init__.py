@@ -4,7 +4,7 @@ Trainer and config classes are imported lazily so that `import exploration_trl` 
 `exploration_trl.core` math) stays cheap and never pulls in TRL until a trainer is used.
 """
 
-__version__ = "0.8.0"  # the one place the version is set (setup.cfg reads it)
+__version__ = "0.9.0"  # the one place the version is set (setup.cfg reads it)
 #: Where the project lives (setup.cfg's `url`; tests/test_wheel.py checks they agree). Cards link here.
 PROJECT_URL = "https://github.com/exploration-trl/exploration-trl"
 

@@ -48,7 +48,7 @@ CONFIRMED_BEATS_GRPO: dict[str, tuple[str, ...]] = {"countdown3": ("pkpo_k4", "p
 #: per set-up, the arms that beat GRPO at the primary checkpoint, or NOT_INTERPRETABLE when its negative control beat
 #: GRPO (amendment 1); None while its runs are under way.
 NOT_INTERPRETABLE = "not interpretable: a step-size change alone beats GRPO's trajectory"
-SECOND_PROTOCOL_BEATS_GRPO: dict[str, tuple[str, ...] | str] | None = None
+SECOND_PROTOCOL_BEATS_GRPO: dict[str, tuple[str, ...] | str] | None = {"countdown3_v2": NOT_INTERPRETABLE}
 #: RL steps of the default demo: long enough for GRPO's collapse to show (in the budget experiment its pass@64 falls
 #: about 10 points by step 400), short enough for about 3 minutes on 2 cores.
 DEMO_STEPS = 600
