@@ -600,3 +600,73 @@ def test_the_calls_up_check_sees_a_violation(tmp_path):
         "        self.trainer.rollout\n        t.accelerator\n")
     assert calls_up_outside_trainer_steps(tmp_path / "boundary", tmp_path / "trainers") == [
         "boundary/adapter.py:4 _secret_step", "boundary/adapter.py:9 rollout", "boundary/adapter.py:10 rollout"]
+
+
+# --------------------------------------------------------- what each component sees (issue 64, item 2)
+def _viewed_classes() -> list[type]:
+    """Every component and callback that `ExplorationGRPOTrainer` builds with a view of itself."""
+    from exploration_trl.trainers.callbacks.correctness_guard import CorrectnessGuard
+    from exploration_trl.trainers.callbacks.divergence import DivergenceCallback
+    from exploration_trl.trainers.callbacks.entropy_band import EntropyBandController
+    from exploration_trl.trainers.components.dynamic_sampling import DynamicSampling
+    from exploration_trl.trainers.components.heldout_eval import HeldoutEval
+    from exploration_trl.trainers.components.metrics_logging import ExplorationMetrics
+    from exploration_trl.trainers.components.resume import Resume
+    from exploration_trl.trainers.components.rollout import Rollout
+
+    return [Rollout, DynamicSampling, Resume, ExplorationMetrics, HeldoutEval, CorrectnessGuard, DivergenceCallback,
+            EntropyBandController]
+
+
+def view_reads(path: Path) -> set[str]:
+    """The attributes a module reads or sets on its view: `self.view.X`, and `X` of a local `t`/`view`/`trainer`."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Attribute):
+            continue
+        holder = node.value
+        if (isinstance(holder, ast.Attribute) and holder.attr == "view" and getattr(holder.value, "id", "") == "self"
+                or isinstance(holder, ast.Name) and holder.id in ("t", "view", "trainer")):
+            names.add(node.attr)
+    return names
+
+
+def test_each_component_declares_exactly_what_it_reads_of_the_trainer():
+    """A component's `READS` (and `WRITES`) is the list of what its module's code reads of the trainer, no more and
+    no less; the trainer builds it with that view, never with itself (`trainers/view.py`)."""
+    for cls in _viewed_classes():
+        path = Path(inspect.getsourcefile(cls))
+        declared = set(cls.READS) | set(getattr(cls, "WRITES", ()))
+        assert view_reads(path) == declared, (cls.__name__, sorted(view_reads(path) ^ declared))
+    base = (PACKAGE / "trainers" / "base.py").read_text(encoding="utf-8")
+    for cls in _viewed_classes():
+        assert f"{cls.__name__}(view_of(self, {cls.__name__})" in base, cls.__name__
+        assert f"{cls.__name__}(self" not in base, cls.__name__
+
+
+def test_a_view_gives_only_what_its_class_declares():
+    from types import SimpleNamespace
+
+    from exploration_trl.trainers.components.resume import Resume
+    from exploration_trl.trainers.view import view_of
+
+    class Fake:
+        READS, WRITES = ("args",), ("entropy_coef",)
+
+    trainer = SimpleNamespace(args="the args", state="the state", entropy_coef=0.0)
+    view = view_of(trainer, Fake)
+    assert view.args == "the args"
+    view.entropy_coef = 0.5
+    assert trainer.entropy_coef == 0.5
+    with pytest.raises(AttributeError, match=r"^Fake reads only args, entropy_coef of its trainer, not 'state': "
+                                             r"add it to Fake\.READS$"):
+        view.state
+    with pytest.raises(AttributeError, match=r"^Fake may not set 'args' on its trainer: add it to Fake\.WRITES$"):
+        view.args = None
+    assert "rollout_buffer" in Resume.READS and "model" not in Resume.READS
+
+    class OneName:
+        READS = ("args")
+
+    with pytest.raises(TypeError, match=r"^OneName\.READS is the string 'args'; write a tuple: \('args',\)$"):
+        view_of(trainer, OneName)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import builtin_methods
 
 REPO = Path(__file__).resolve().parents[1]
 METHOD_DIR = REPO / "configs" / "methods"
@@ -57,8 +58,9 @@ OUR_VALUES = {
 INFERRED_VALUES = {
     "qae": {"num_generations": 16},  # verl's DAPO recipe, which the authors' README changes in one flag
 }
-#: These methods ship a 0.5B recipe only (their papers train other models or sizes; no 7B set-up to copy).
-SMALL_ONLY_METHODS = ("passk", "pkpo", "unlikely", "maxrl", "wreinforce", "qae", "entropy_adv", "outcome_explore")
+#: The other registered methods ship a 0.5B recipe only (their papers train other models or sizes; no 7B set-up to
+#: copy); read from the registry, so a new method is expected to ship one.
+SMALL_ONLY_METHODS = tuple(m for m in builtin_methods() if m not in METHODS)
 #: Typical GRPO settings every method recipe shares unless its paper's set-up says otherwise (SETUP_VALUES).
 COMMON_VALUES = {"learning_rate": 1e-6, "num_generations": 8, "temperature": 1.0, "bf16": True, "use_vllm": True,
                  "beta": 0.0}
@@ -183,6 +185,9 @@ def test_method_recipe_values(parse, path):
     method, size = path.stem.split("_qwen")
     size = "qwen" + size
     script_args, args, model_args = parse(path)
+    assert method in SETUP_VALUES and method in PAPER_VALUES, (
+        f"{path.name}: add {method}'s paper values to PAPER_VALUES and its training set-up to SETUP_VALUES (the "
+        "recipe is checked against them)")
     setup = SETUP_VALUES[method]
     assert script_args.method == method
     assert model_args.model_name_or_path == setup.get(f"model_{size[len('qwen2.5-'):]}", SIZES[size])

@@ -173,7 +173,7 @@ def _upward(graph: dict[str, set[str]]) -> list[str]:
 #: subclass.
 TRAINER_FLOORS = (
     ("exploration_trl.trainers.components", "exploration_trl.trainers.callbacks"),
-    ("exploration_trl.trainers.config", "exploration_trl.trainers.context"),
+    ("exploration_trl.trainers.config", "exploration_trl.trainers.context", "exploration_trl.trainers.view"),
     ("exploration_trl.trainers.strategy",),
     ("exploration_trl.trainers.base",),
     ("exploration_trl.trainers.methods",),

@@ -35,6 +35,7 @@ from .components.rollout import Rollout, RolloutBatch
 from .components.still import apply_still_shapers
 from .config import GRPO_INFO, ExplorationGRPOConfig, check_choice, check_non_negative, has_accelerator
 from .strategy import bind_public_class, build_strategies, check_hooks_ran, expected_hooks, run_hook
+from .view import view_of
 
 __all__ = [
     "ExplorationGRPOConfig", "ExplorationGRPOTrainer", "RolloutBatch", "check_choice", "check_non_negative",
@@ -64,23 +65,23 @@ class ExplorationGRPOTrainer(TRLAdapter):
         self._build_trl(args, kwargs, heldout_benchmark)
         self._ran_hooks: set[str] = set()  # hooks that acted on the current step (see `_check_hooks_ran`)
         self._given_once: set[str] = set()  # `warn_once` keys already given
-        # Components.
-        self.metrics = ExplorationMetrics(self)
-        self.rollout = Rollout(self)
-        self.resume = Resume(self)
-        self.heldout = HeldoutEval(self, heldout_benchmark)
-        self.dynamic_sampling = DynamicSampling(self)
+        # Components, each with the view of this trainer its class declares (`view.py`: its `READS`).
+        self.metrics = ExplorationMetrics(view_of(self, ExplorationMetrics))
+        self.rollout = Rollout(view_of(self, Rollout))
+        self.resume = Resume(view_of(self, Resume))
+        self.heldout = HeldoutEval(view_of(self, HeldoutEval), heldout_benchmark)
+        self.dynamic_sampling = DynamicSampling(view_of(self, DynamicSampling))
         self.strategies = build_strategies(self)
         self._start_vllm_support()
         # Callbacks (callbacks/__init__.py): one that checks what the methods feed it, one observer, one controller.
-        self.correctness_guard = CorrectnessGuard(self)
+        self.correctness_guard = CorrectnessGuard(view_of(self, CorrectnessGuard))
         self.add_callback(self.correctness_guard)
-        self._divergence = DivergenceCallback(self)
+        self._divergence = DivergenceCallback(view_of(self, DivergenceCallback))
         self.add_callback(self._divergence)
         if self.args.entropy_band is not None:
             from .callbacks.entropy_band import EntropyBandController
 
-            self.add_callback(EntropyBandController(self))
+            self.add_callback(EntropyBandController(view_of(self, EntropyBandController)))
         self._assembled = True
 
     # ------------------------------------------------------------------------------------------- strategies

@@ -7,6 +7,7 @@ do:
 * `entropy_band` acts: a controller that moves one config knob (TRL's `entropy_coef`, or a method's coefficient)
   after every optimizer step.
 
-A callback reads the trainer's public state and the logged metrics, never TRL's internals (those are the
-boundary's), and imports nothing of the other wings of `trainers`.
+A callback gets, as a component does, a view of the trainer limited to its `READS` (and the controller's `WRITES`:
+`entropy_coef`; `trainers/view.py`), reads the logged metrics, never TRL's internals (those are the boundary's), and
+imports nothing of the other wings of `trainers`.
 """

@@ -27,7 +27,7 @@ import warnings
 import torch
 from transformers import TrainerCallback
 
-__all__ = ["CorrectnessGuard", "group_flags", "guard_correctness"]
+__all__ = ["CorrectnessGuard", "group_flags"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,11 @@ def group_flags(rewards: torch.Tensor, correct: torch.Tensor, num_generations: i
 class CorrectnessGuard(TrainerCallback):
     """The running flags of one trainer and the checks on its logging steps and at the end (module docstring)."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("is_world_process_zero",)
+
+    def __init__(self, view):
+        self.view = view
         self.effects: dict[str, str] = {}  # method -> what it does when every completion is judged alike
         self.flags: torch.Tensor | None = None  # see `group_flags`, OR-ed over the batches so far
         self.decided = False
@@ -85,7 +88,7 @@ class CorrectnessGuard(TrainerCallback):
 
     def _warn(self, args, state, what: str):
         self.decided = True
-        if not self.trainer.is_world_process_zero():
+        if not self.view.is_world_process_zero():
             return
         message = (
             f"correct_reward_threshold={args.correct_reward_threshold} splits no group: up to step "
@@ -95,11 +98,3 @@ class CorrectnessGuard(TrainerCallback):
         )
         logger.warning(message)
         warnings.warn(message, UserWarning, stacklevel=2)
-
-
-def guard_correctness(trainer, rewards: torch.Tensor, correct: torch.Tensor, num_generations: int, method: str,
-                      effect: str) -> None:
-    """Record one generation batch's correctness for the trainer's `CorrectnessGuard` (a callback every trainer
-    registers when it is built). `rewards`, `correct`: the whole batch's, gathered across processes, so every process
-    holds the same flags; `effect`: what `method` does when every completion is judged alike, for the warning."""
-    trainer.correctness_guard.update(rewards, correct, num_generations, method, effect)

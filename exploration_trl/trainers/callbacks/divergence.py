@@ -83,17 +83,20 @@ class DivergenceCallback(TrainerCallback):
     """Checks the training history after each training log (module docstring). transformers' `Trainer.log` appends
     the averaged metrics to `state.log_history` before it calls `on_log`, so the check sees the entry just logged."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("is_world_process_zero", "model")
+
+    def __init__(self, view):
+        self.view = view
         self.note: str | None = None  # the sentence, once the run diverged (the card prints it)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         window = int(getattr(args, "divergence_window", 0) or 0)
-        if self.note is not None or window <= 0 or not self.trainer.model.training:
+        if self.note is not None or window <= 0 or not self.view.model.training:
             return
         logging_steps = args.logging_steps if isinstance(args.logging_steps, int) or args.logging_steps >= 1 else 1
         note = detect_divergence(state.log_history, window, float(args.divergence_entropy_factor), int(logging_steps))
         if note is not None:
             self.note = note
-            if self.trainer.is_world_process_zero():
+            if self.view.is_world_process_zero():
                 warnings.warn(note, DivergenceWarning, stacklevel=2)

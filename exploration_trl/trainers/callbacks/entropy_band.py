@@ -94,29 +94,34 @@ class EntropyBandController(TrainerCallback):
     """A controller, not an observer: it writes the knob (TRL's `entropy_coef` and the config value) at the end of
     every optimizer step, before the step's log, so that the value is logged with it."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
-        args = trainer.args
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("args", "current_gradient_accumulation_steps", "enable_entropy_bonus", "metrics_window",
+             "queue_metrics")
+    WRITES = ("entropy_coef",)  # the knob it moves
+
+    def __init__(self, view):
+        self.view = view
+        args = view.args
         self.knob = args.entropy_band_knob
         self.outside = 0
         self.warned = False
         if self.knob == "entropy_coef":
             # A controlled coefficient must keep TRL's entropy bonus on (the TRL adapter's `enable_entropy_bonus`).
-            trainer.enable_entropy_bonus()
+            view.enable_entropy_bonus()
         self._set(getattr(args, self.knob))
 
     def _get(self) -> float:
-        t = self.trainer
+        t = self.view
         return float(t.entropy_coef if self.knob == "entropy_coef" else getattr(t.args, self.knob))
 
     def _set(self, value: float):
-        t = self.trainer
+        t = self.view
         if self.knob == "entropy_coef":
             t.entropy_coef = value
         setattr(t.args, self.knob, value)
 
     def on_step_end(self, args, state, control, **kwargs):
-        t = self.trainer
+        t = self.view
         window = t.metrics_window("train").get("entropy", [])[-max(int(t.current_gradient_accumulation_steps), 1):]
         if not window:
             return

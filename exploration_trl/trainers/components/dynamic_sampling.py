@@ -37,19 +37,24 @@ from ...core.dynamic_sampling import GroupSelector, group_varies, rows_of_groups
 class DynamicSampling:
     """One trainer's dynamic sampling: its refill iterator and the position it reached (saved with checkpoints)."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("accelerator", "args", "environment_factories", "extra_log_columns", "is_vision_language",
+             "num_generations", "queue_metrics", "reward_weights", "rollout", "rollout_func", "state", "tools",
+             "train_dataset", "training_dataloader", "trl_generate", "trl_rewards", "trl_sampler", "warn_once")
+
+    def __init__(self, view):
+        self.view = view
         self.iterator = None
         self.dataloader = None
         #: Refill batches drawn so far, and how many a resumed run must skip before its first refill (`resume.py`
         #: saves and restores the count, so a resumed run refills from the prompts the uninterrupted one would).
         self.drawn = 0
         self.skip = 0
-        if trainer.args.dynamic_sampling:
+        if view.args.dynamic_sampling:
             self.check_supported()
 
     def check_supported(self):
-        t = self.trainer
+        t = self.view
         unsupported = [name for name, used in (
             ("tools", bool(t.tools)), ("environment_factory", t.environment_factories is not None),
             ("rollout_func", t.rollout_func is not None), ("a vision-language model", t.is_vision_language()),
@@ -63,7 +68,7 @@ class DynamicSampling:
     def rounds(self, inputs):
         """`(kept rows, replay)`: the generation batch's rows after dropping groups whose rewards do not vary, and
         the generations and rewards TRL's pass replays for them."""
-        t = self.trainer
+        t = self.view
         args, g = t.args, t.num_generations
         n_local = len(inputs)
         selector = GroupSelector(n_local * t.accelerator.num_processes // g)
@@ -96,7 +101,7 @@ class DynamicSampling:
         """Generate and score one batch with TRL's own methods; return per-row records and global rewards."""
         from ...rewards import pop_outcomes
 
-        t = self.trainer
+        t = self.view
         prompts = [x["prompt"] for x in inputs]
         t.rollout.generation_logps = None
         prompt_ids, completion_ids, _, completions, logprobs, _, _, _ = t.trl_generate(prompts)
@@ -122,7 +127,7 @@ class DynamicSampling:
     def refill_batch(self):
         """The next local generation batch from a second iterator over the training set (restarted when spent)."""
         if self.iterator is None:
-            self.dataloader = self.trainer.training_dataloader(self.refill_sampler)
+            self.dataloader = self.view.training_dataloader(self.refill_sampler)
             if self.skip:
                 # A resumed run: move to where the interrupted one was. Creating a DataLoader iterator draws from the
                 # global torch RNG, whose draws before the checkpoint are already in the state the checkpoint
@@ -147,13 +152,13 @@ class DynamicSampling:
     def refill_sampler(self, dataset):
         # TRL's sampler layout, each prompt batch once (TRL repeats it steps_per_generation x num_iterations times for
         # its buffered steps), and another seed so refills are not the main loop's prompts.
-        return self.trainer.trl_sampler(dataset, repeat_count=1, seed=self.trainer.args.seed + 1)
+        return self.view.trl_sampler(dataset, repeat_count=1, seed=self.view.args.seed + 1)
 
     # ------------------------------------------------------------------ exchange and replay
     def exchange(self, order, rows, rewards, n_local):
         """Gather the selected rows so each process holds its slice `[rank * n_local, (rank + 1) * n_local)` of the
         final global batch, and build what `_generate` / `_calculate_rewards` replay."""
-        t = self.trainer
+        t = self.view
         rank = t.accelerator.process_index
         mine = [(pos, rows[r][row - rank * n_local]) for pos, (r, row) in enumerate(order)
                 if rank * n_local <= row < (rank + 1) * n_local]
@@ -182,7 +187,7 @@ class DynamicSampling:
         return [rec["input"] for rec in local], replay
 
     def log(self, selection, groups_per_round: int):
-        t = self.trainer
+        t = self.view
         generated = selection.rounds * groups_per_round
         t.queue_metrics({  # the same on every process: logged as they are
             "dynamic_sampling/rounds": (float(selection.rounds), 1.0),

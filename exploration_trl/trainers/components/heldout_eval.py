@@ -128,12 +128,15 @@ def heldout_metrics(rows: list[dict], ks: list[int], answer_type: str, prefix: s
 class HeldoutEval:
     """One trainer's held-out evaluation (module docstring): its benchmark, and what each evaluation took and found."""
 
-    def __init__(self, trainer, benchmark=None):
-        self.trainer = trainer
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("accelerator", "args", "processing_class", "state", "unwrapped_for_generation")
+
+    def __init__(self, view, benchmark=None):
+        self.view = view
         self.seconds: list[float] = []
         self.correct_counts: list[int] | None = None  # correct samples per problem at the last evaluation
         self.benchmark = benchmark
-        args = trainer.args
+        args = view.args
         if benchmark is None and getattr(args, "eval_benchmark", None) is not None:
             from ...eval import EvalError
             from ...eval.benchmarks import load_benchmark
@@ -151,7 +154,7 @@ class HeldoutEval:
         from ...eval.harness import grade_problem
         from ...rewards import get_reward
 
-        t = self.trainer
+        t = self.view
         bench, args = self.benchmark, t.args
         n = int(getattr(args, "eval_n", 64) or 64)
         ks = parse_eval_ks(getattr(args, "eval_ks", None), n)

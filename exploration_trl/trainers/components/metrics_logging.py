@@ -30,32 +30,36 @@ MAX_PENDING_METRICS = 4096
 class ExplorationMetrics:
     """The metric queue, the exploration metrics and the window warnings of one trainer."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("accelerator", "args", "lm_head", "metrics_window", "model", "note_metric", "rollout", "state",
+             "strategies", "temperature")
+
+    def __init__(self, view):
+        self.view = view
         self.queue = MetricQueue()
         self.pending_advantages: list[torch.Tensor] = []
         self.given: set[str] = set()
         # A private generator keeps the global RNG (sampling, shuffling) exactly as TRL's.
-        self.generator = torch.Generator().manual_seed(int(trainer.args.seed))
+        self.generator = torch.Generator().manual_seed(int(view.args.seed))
 
     # ------------------------------------------------------------------------------------------ the one idiom
     def add(self, metrics: dict, reduce: bool = True) -> None:
         """Queue `{name: (sum, count)}` (device scalars or numbers) for the next log; `reduce=False`: global already."""
-        self.queue.add("train" if self.trainer.model.training else "eval", metrics, reduce)
+        self.queue.add("train" if self.view.model.training else "eval", metrics, reduce)
         if len(self.queue) >= MAX_PENDING_METRICS:
             self.flush()
 
     def note(self, name: str, value: float) -> None:
         """Append a number the host already knows (e.g. a count of this process's batches) to TRL's metric window
         now: no device value to read and nothing to reduce, so it needs no queue."""
-        self.trainer.note_metric(name, value)
+        self.view.note_metric(name, value)
 
     def flush(self) -> None:
         """Append every queued metric's global mean to TRL's metric window (one reduce, one device-to-host copy).
         Collective: every process calls it (from `log`, which every process runs at the same steps)."""
         if not self.queue:
             return
-        t = self.trainer
+        t = self.view
 
         def reduce_sum(x):
             return t.accelerator.reduce(x, reduction="sum") if t.accelerator.num_processes > 1 else x
@@ -66,8 +70,8 @@ class ExplorationMetrics:
     def warn_declared(self) -> None:
         """`warn` the trainer's declared warnings: the rollout's (which read the trainer) and its strategies' (which
         read the strategy's `MethodContext`, as the strategy itself does)."""
-        t = self.trainer
-        declared = [(w, t) for w in t.rollout.window_warnings]
+        t = self.view
+        declared = [(w, t.rollout.view) for w in t.rollout.window_warnings]
         for strategy in t.strategies:
             declared.extend((w, strategy.ctx) for w in strategy.window_warnings)
         self.warn(declared)
@@ -75,7 +79,7 @@ class ExplorationMetrics:
     def warn(self, declared: list[tuple[WindowWarning, object]]) -> None:
         """Give each declared `WindowWarning` whose metric calls for it this window, once per run (the main process
         writes it; every process marks it given). Each comes with what its `message` and `applies` read."""
-        t = self.trainer
+        t = self.view
         mode = "train" if t.model.training else "eval"
         window = t.metrics_window(mode)
         for w, reader in declared:
@@ -85,7 +89,7 @@ class ExplorationMetrics:
                 continue
             self.given.add(w.metric)
             if t.accelerator.is_main_process:
-                warnings.warn(w.message(reader, values), UserWarning, stacklevel=4)
+                warnings.warn(w.message(reader, values), UserWarning, stacklevel=5)
 
     # ------------------------------------------------------------------------------- TRL's completions table
     def replace_logged_advantages(self, advantages: torch.Tensor, batch: RolloutBatch, maxlen: int | None):
@@ -95,9 +99,9 @@ class ExplorationMetrics:
             mask = batch.completion_mask.float()
             advantages = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         pending = self.pending_advantages
-        pending.append(gather_rows(advantages.float(), self.trainer.accelerator.num_processes))
+        pending.append(gather_rows(advantages.float(), self.view.accelerator.num_processes))
         # Keep no more batches than TRL's deque can still show (it keeps the last `maxlen` values).
-        while maxlen is not None and len(pending) > 1 and sum(t.numel() for t in pending[1:]) >= maxlen:
+        while maxlen is not None and len(pending) > 1 and sum(x.numel() for x in pending[1:]) >= maxlen:
             pending.pop(0)
 
     def final_advantages(self, shown: int) -> list[float]:
@@ -110,7 +114,7 @@ class ExplorationMetrics:
     # --------------------------------------------------------------------------------- exploration metrics
     @torch.no_grad()
     def rollout(self, batch: RolloutBatch):
-        t = self.trainer
+        t = self.view
         if not t.args.exploration_metrics:
             return
         g = batch.num_generations
@@ -132,7 +136,7 @@ class ExplorationMetrics:
         The LM-head statistics (Λ(n), branching factor) are computed only on such steps: their logged value is the
         logging step's, not an average over the logging window (the entropy split stays an average: it is free).
         """
-        t = self.trainer
+        t = self.view
         args = t.args
         if not t.model.training or args.logging_strategy == "epoch":
             return True
@@ -161,7 +165,7 @@ class ExplorationMetrics:
 
         One host read: the number of valid tokens (`nonzero`), which sizes the sample.
         """
-        t = self.trainer
+        t = self.view
         positions = mask.nonzero(as_tuple=False)
         per_response = t.args.exploration_metrics_lambda == "per_response"
         k = positions.size(0) if per_response else min(t.args.exploration_metrics_max_tokens, positions.size(0))

@@ -64,8 +64,12 @@ class Resume:
     (`boundary/trl_adapter.py`) calls `state` when TRL saves its RNG state, `load` when TRL restores it, `guard_checkpoint` around TRL's
     checkpoint save and `on_interrupt` when training is interrupted."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("accelerator", "args", "dynamic_sampling", "metrics", "metrics_window", "num_iterations",
+             "rollout_buffer", "run_dir", "save_checkpoint_now", "set_rollout_buffer", "state", "strategies")
+
+    def __init__(self, view):
+        self.view = view
         self.interrupted = False
 
     # ------------------------------------------------------------------------------------------------ Ctrl-C
@@ -73,7 +77,7 @@ class Resume:
         """Ctrl-C (KeyboardInterrupt) during training saves a checkpoint of the last finished step when saving is on
         (one process: with several, the processes are not at the same point, so the last regular checkpoint is
         named instead), and prints how to resume; the caller re-raises."""
-        t = self.trainer
+        t = self.view
         step = int(t.state.global_step)
         run_dir = t.run_dir()
         folder = os.path.join(run_dir, f"checkpoint-{step}")
@@ -99,12 +103,12 @@ class Resume:
 
     # ------------------------------------------------------------------------------------------ the state file
     def generate_every(self) -> int:
-        t = self.trainer
+        t = self.view
         return t.args.steps_per_generation * t.num_iterations
 
     def state(self) -> dict:
         """What this process keeps in memory between the updates of one rollout (module docstring)."""
-        t = self.trainer
+        t = self.view
         rollout_step, buffered = t.rollout_buffer()
         # After Ctrl-C mid-update, `_step` also counts the interrupted update's micro-steps: save the count at the
         # last finished optimizer step (the weights and optimizer saved are that step's).
@@ -124,7 +128,7 @@ class Resume:
     def generators(self) -> dict:
         """Every private random generator of the trainer (the metrics sampler's, the strategies'), by the name
         checkpoints hold it under."""
-        t = self.trainer
+        t = self.view
         generators = {"_metrics_generator": t.metrics.generator}
         for strategy in t.strategies:
             generators.update(strategy.generators())
@@ -132,10 +136,10 @@ class Resume:
 
     def save(self, output_dir: str) -> None:
         os.makedirs(output_dir, exist_ok=True)
-        _write_atomic(self.state(), os.path.join(output_dir, STATE_FILE.format(self.trainer.args.process_index)))
+        _write_atomic(self.state(), os.path.join(output_dir, STATE_FILE.format(self.view.args.process_index)))
 
     def load(self, checkpoint: str) -> None:
-        t = self.trainer
+        t = self.view
         path = os.path.join(checkpoint, STATE_FILE.format(t.args.process_index))
         if not os.path.isfile(path):
             self.without_state(checkpoint)
@@ -157,7 +161,7 @@ class Resume:
     def without_state(self, checkpoint: str) -> None:
         """A checkpoint written without the state file (exploration-trl 0.2.0, or plain TRL): align `_step` with the
         data loader (which TRL's resume positions at the same micro-batch) and say that the partial rollout is new."""
-        t = self.trainer
+        t = self.view
         step = int(t.state.global_step) * t.args.gradient_accumulation_steps
         t.set_rollout_buffer(step, None)
         done = step % self.generate_every()
@@ -172,7 +176,7 @@ class Resume:
     def guard_checkpoint(self, folder: str):
         """A checkpoint folder that already exists (a run restarted in the same output_dir without resuming) is moved
         aside while the new one is written and put back if writing fails (a full disk), so it is never truncated."""
-        t = self.trainer
+        t = self.view
         kept = os.path.join(os.path.dirname(folder), f".previous-{os.path.basename(folder)}")
         moved = bool(t.args.should_save and os.path.isdir(folder))
         if moved:

@@ -73,8 +73,16 @@ def _unscored(trainer, values: list[float]) -> str:
 class Rollout:
     """One trainer's rollout: what its rewards gave, the statistics its method needs, the `RolloutBatch`."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
+    READS = ("accelerator", "args", "environment_factories", "forward_logps", "is_vision_language",
+             "lm_head", "method_name", "metrics", "model", "num_generations", "num_generations_eval", "queue_metrics",
+             "reward_func_names", "reward_weights", "rollout_func", "state", "strategies", "temperature",
+             "tools", "use_transformers_continuous_batching", "use_vllm", "vllm", "_capture_from_generation",
+             "_needs_prompt_logps", "_needs_rollout_candidates", "_needs_rollout_logps", "_rollout_pass",
+             "_trl_computes_old_logps")
+
+    def __init__(self, view):
+        self.view = view
         self.rewards_per_func: torch.Tensor | None = None  # the last batch's, gathered by TRL
         self.reward_outcomes: tuple[list, dict] = ([], {})  # this process's prompts, and the answers rewards read
         self.some_reward_seen = False
@@ -100,7 +108,7 @@ class Rollout:
         and is decided at the next log. `rewards_per_func` is gathered across processes, so every process decides
         alike.
         """
-        t = self.trainer
+        t = self.view
         unscored = torch.isnan(rewards_per_func).all()
         if not self.some_reward_seen:
             if bool(unscored):
@@ -120,19 +128,19 @@ class Rollout:
         process counts the entry, so the reduced count is 1 and the value is the sum over processes."""
         from ...rewards import pop_failure_counts
 
-        t = self.trainer
+        t = self.view
         counts = pop_failure_counts()
         once = 1.0 if t.accelerator.is_main_process else 0.0
         t.queue_metrics({f"rewards/{name}/failures": (float(counts.get(name, 0)), once) for name in t.reward_func_names})
 
     # ------------------------------------------------------------------ the steps of a generation batch
     def needs_statistics(self) -> bool:
-        t = self.trainer
+        t = self.view
         return t._needs_rollout_logps() or t._needs_prompt_logps() or t._needs_rollout_candidates()
 
     def records_generation_logps(self, capturing: bool) -> bool:
         """Whether this rollout's log-probs can come from generation (see `_generation_logps`)."""
-        t = self.trainer
+        t = self.view
         return (
             t.args.rollout_logps_from_generation and capturing and t._needs_rollout_logps()
             and not t._needs_rollout_candidates() and not t._trl_computes_old_logps() and not t.use_vllm
@@ -141,7 +149,7 @@ class Rollout:
         )
 
     def recorder(self, capturing: bool) -> GenerationLogps | None:
-        return GenerationLogps(self.trainer.temperature) if self.records_generation_logps(capturing) else None
+        return GenerationLogps(self.view.temperature) if self.records_generation_logps(capturing) else None
 
     def capture_from_generation(self, output) -> Capture | None:
         """The rollout capture built from generation's log-probs, when they match TRL's completions."""
@@ -158,7 +166,7 @@ class Rollout:
     def finish(self, output, capture: Capture) -> Capture:
         """The rollout statistics of TRL's finished batch `output`: TRL's own old-log-prob pass when it is the one
         captured (same tensor object), else the generation's own log-probs, else one added pass."""
-        t = self.trainer
+        t = self.view
         if not capture.done or capture.logps is not output.get("old_per_token_logps"):
             capture = t._capture_from_generation(output) or t._rollout_pass(output)
             if not capture.done:
@@ -172,7 +180,7 @@ class Rollout:
 
     def added_pass(self, output) -> None:
         """The one added no-grad pass over the batch's prompts and completions (the trainer's capture records it)."""
-        t = self.trainer
+        t = self.view
         input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         args = t.args
@@ -182,7 +190,7 @@ class Rollout:
                             compute_entropy=True, **{k: output[k] for k in MULTIMODAL_KEYS if k in output})
 
     def batch(self, output, capture: Capture | None) -> RolloutBatch:
-        t = self.trainer
+        t = self.view
         rewards_per_func = self.rewards_per_func
         weights = t.reward_weights.to(rewards_per_func.device)
         # Same aggregation as TRL: weighted nansum, NaN when every reward function returned None (a `where`, where
@@ -217,7 +225,7 @@ class Rollout:
         """Save what the advantage hook saw and returned, one file per process and generation batch."""
         import os
 
-        t = self.trainer
+        t = self.view
         os.makedirs(t.args.debug_rollout_dir, exist_ok=True)
         self.dumps += 1
         keep = ("rewards", "advantages", "completion_ids", "completion_mask", "completion_logps", "prompt_ids",
@@ -236,7 +244,7 @@ class Rollout:
         """The prompt log-probs and mask the advantage hook reads: every prompt token's (`prompt_token_logps`),
         narrowed by each strategy's `prompt_logps` (e.g. only the user's tokens)."""
         logps, mask = self.prompt_token_logps(capture, output)
-        for strategy in self.trainer.strategies:
+        for strategy in self.view.strategies:
             logps, mask = strategy.prompt_logps(logps, mask, output)
         return logps, mask
 
@@ -246,7 +254,7 @@ class Rollout:
 
         The first real prompt token has no context, so it is masked out (docs/math.md: the caller masks it).
         """
-        t = self.trainer
+        t = self.view
         prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
         n, plen = prompt_ids.shape
         # Rows of one prompt are contiguous (TRL's RepeatSampler); keep the first row of each run.
@@ -276,7 +284,7 @@ class Rollout:
 
     def _prompt_only(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         """The prompt-only log-probs: vLLM's when it returned them (colocate), else one forward (`prompt_only_logps`)."""
-        from_vllm = self.trainer.vllm.prompt_only_logps(prompt_ids, prompt_mask)
+        from_vllm = self.view.vllm.prompt_only_logps(prompt_ids, prompt_mask)
         return from_vllm if from_vllm is not None else self.prompt_only_logps(prompt_ids, prompt_mask)
 
     @torch.no_grad()
@@ -287,6 +295,6 @@ class Rollout:
         same number of forwards under ZeRO-3/FSDP, where each forward gathers parameters.
         """
         keep = max(prompt_ids.size(1) - 1, 1)
-        logps, _, _ = self.trainer.forward_logps(self.trainer.model, prompt_ids, prompt_mask, keep,
+        logps, _, _ = self.view.forward_logps(self.view.model, prompt_ids, prompt_mask, keep,
                                                  batch_size=prompt_ids.size(0))
         return logps[:, -(prompt_ids.size(1) - 1):] if prompt_ids.size(1) > 1 else logps[:, :0]
