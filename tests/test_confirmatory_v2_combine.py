@@ -176,3 +176,20 @@ def test_the_combine_command_refuses_an_unknown_commit():
 
     with pytest.raises(ValueError, match="--protocol-commit 0000000: not a commit of this repository"):
         command._resolve_commit("0000000")
+
+
+def test_the_hand_written_verdict_sentences_quote_the_published_numbers():
+    """README's bullet, docs/confirmatory.md's reading of the verdict and the CHANGELOG quote the control's and each
+    arm's primary effect by hand: every quoted effect is docs/confirmatory.json's, to two decimals."""
+    setup = json.loads((ROOT / "docs" / "confirmatory.json").read_text())["second_protocol"]["setups"][0]
+    effect = {t["label"]: f"{100 * t['effect']:+.2f}" for t in setup["tests"] if t["family"] == "primary"}
+    control = next(t for t in setup["tests"] if t["label"] == "grpo_lr_half" and t["family"] == "primary")
+    ci = f"[{100 * control['ci'][0]:+.1f}, {100 * control['ci'][1]:+.1f}]"
+    readme = (ROOT / "README.md").read_text()
+    assert f"{effect['grpo_lr_half'][1:]} points {ci}" in readme
+    page = (ROOT / "docs" / "confirmatory.md").read_text().split("### What the second protocol's verdict means")[1]
+    changelog = (ROOT / "CHANGELOG.md").read_text().split("## 0.9.0")[1].split("\n## ")[0]
+    for label in ("maxrl", "pkpo_k4", "passk_k4", "wreinforce", "qae", "outcome_explore", "kl_cov_tuned",
+                  "progrpo_tuned", "grpo_lr_half"):
+        assert effect[label] in page.replace("−", "-"), label
+        assert effect[label] in changelog.replace("−", "-"), label
