@@ -127,7 +127,7 @@ def test_only_a_checkouts_published_json_gets_the_packaged_file(tmp_path):
 def test_the_combine_step_writes_the_packaged_file_beside_the_json(tmp_path, monkeypatch, capsys):
     from test_confirmatory_v2_combine import _first, _result
 
-    from exploration_trl.experiments.confirmatory import command, integrity_v2
+    from exploration_trl.experiments.confirmatory import integrity_v2, publish
 
     monkeypatch.setattr(integrity_v2, "check", lambda cfg, folder, sha: {"runs": 292})
     monkeypatch.setattr(platform_rule, "section", lambda cfg, folder, rule, file: {
@@ -141,8 +141,8 @@ def test_the_combine_step_writes_the_packaged_file_beside_the_json(tmp_path, mon
     (checkout / "exploration_trl").mkdir()
     write = checkout / "docs" / "confirmatory.json"
     write.write_text(json.dumps(_first()))
-    args = argparse.Namespace(combine=[str(out)], protocol_commit="HEAD", write=str(write), fill=[])
-    assert command._combine(args) == 0
+    args = argparse.Namespace(combine=[str(out)], protocol_commit=["HEAD"], write=str(write), fill=[])
+    assert publish.combine(args) == 0
     packaged = checkout / card_verdicts.PACKAGE_PATH
     assert f"wrote {packaged} (the verdicts model cards print)" in capsys.readouterr().out
     combined = json.loads(write.read_text())["second_protocol"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import run_error
 
-from exploration_trl.experiments.confirmatory import analysis, verdict
+from exploration_trl.experiments.confirmatory import analysis, combine_v1, runner, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 X = np.array([0.2, 0.25, 0.3, 0.35, 0.4])  # GRPO's pass@1 at steps 0..4; pass@n = 1.1 - pass@1
@@ -56,7 +56,7 @@ def synthetic_runs(monkeypatch):
 def test_combined_json_has_the_issue_fields_and_one_heldout_size(monkeypatch):
     one = synthetic_result(monkeypatch)
     two = {**one, "name": "bigger", "heldout": {"n_problems": 600, "disjoint_from_training": True}}
-    combined = analysis.combine([one, two], "a" * 40)
+    combined = combine_v1.combine([one, two], "a" * 40)
     assert combined["protocol_commit"] == "a" * 40
     assert combined["heldout"] == {"n_problems": 500, "per_setup": {"synthetic": 500, "bigger": 600},
                                    "disjoint_from_training": True}
@@ -71,7 +71,7 @@ def test_combined_json_has_the_issue_fields_and_one_heldout_size(monkeypatch):
 
 def test_verdict_table_on_known_answers(monkeypatch):
     result, records = synthetic_runs(monkeypatch)
-    text = analysis.verdict_markdown(analysis.combine([result], "b" * 40, [analysis.diversity(result, records)]))
+    text = combine_v1.verdict_markdown(combine_v1.combine([result], "b" * 40, [combine_v1.diversity(result, records)]))
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
             for line in text.splitlines() if line.startswith("| ") and not line.startswith("| setting")}
     assert rows["above"][9] == "**beats GRPO**"
@@ -98,24 +98,24 @@ def test_diversity_is_none_where_a_run_did_not_record_it(monkeypatch):
     result, records = synthetic_runs(monkeypatch)
     for row in records[("on", 12)]["rows"]:
         del row["distinct_correct_canonical"]
-    div = analysis.diversity(result, records)
+    div = combine_v1.diversity(result, records)
     assert div["on"]["2"]["distinct_correct_canonical"] is None and div["on"]["2"]["distinct_correct"] == pytest.approx(3.4)
     assert div["grpo"]["2"] == {"distinct_correct": 3.0, "distinct_correct_canonical": 1.5, "token_entropy": 0.5}
 
 
 def test_fill_block_replaces_only_between_the_markers(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text(f"intro\n{analysis.BLOCK_START}\nold\n{analysis.BLOCK_END}\noutro\n")
-    analysis.fill_block(page, "new table\n")
-    assert page.read_text() == f"intro\n{analysis.BLOCK_START}\nnew table\n{analysis.BLOCK_END}\noutro\n"
+    page.write_text(f"intro\n{combine_v1.BLOCK_START}\nold\n{combine_v1.BLOCK_END}\noutro\n")
+    analysis.fill_block(page, "new table\n", combine_v1.BLOCK_START, combine_v1.BLOCK_END)
+    assert page.read_text() == f"intro\n{combine_v1.BLOCK_START}\nnew table\n{combine_v1.BLOCK_END}\noutro\n"
     page.write_text("no markers\n")
     with pytest.raises(ValueError, match="needs exactly one <!-- confirmatory:start -->"):
-        analysis.fill_block(page, "x\n")
+        analysis.fill_block(page, "x\n", combine_v1.BLOCK_START, combine_v1.BLOCK_END)
 
 
 def test_summary_table_on_known_answers(monkeypatch):
     result, records = synthetic_runs(monkeypatch)
-    text = analysis.summary_markdown(analysis.combine([result], "b" * 40))
+    text = combine_v1.summary_markdown(combine_v1.combine([result], "b" * 40))
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]]
             for line in text.splitlines() if line.startswith("| ") and not line.startswith("| set-up")}
     assert set(rows) == {"above", "on", "beyond"}  # GRPO is the reference, not a row
@@ -130,7 +130,7 @@ def test_summary_gives_each_setups_empirical_null_with_its_splits(monkeypatch):
     """The summary's closing sentence: the simulated null, then each set-up's share of GRPO-vs-GRPO splits with
     p < 0.05 at each checkpoint, over the splits that had a verdict; none without an empirical null."""
     result, _ = synthetic_runs(monkeypatch)
-    assert "Empirical null" not in analysis.summary_markdown(analysis.combine([result], "b" * 40))
+    assert "Empirical null" not in combine_v1.summary_markdown(combine_v1.combine([result], "b" * 40))
     base = result["settings"][0]
     result["settings"][0] = {**base, "null_seeds": [15, 16, 17, 18, 19]}
     result["empirical_null"] = {
@@ -138,7 +138,7 @@ def test_summary_gives_each_setups_empirical_null_with_its_splits(monkeypatch):
         "4": {"all_splits": {"splits": 126, "no_verdict": 10, "share_p_below_0.05": 0.0}}}
     other = {**result, "name": "other", "empirical_null": {
         c: {"all_splits": {"splits": 126, "no_verdict": 0, "share_p_below_0.05": 0.0}} for c in ("2", "4")}}
-    text = analysis.summary_markdown(analysis.combine([result, other], "b" * 40))
+    text = combine_v1.summary_markdown(combine_v1.combine([result, other], "b" * 40))
     closing = text.splitlines()[-1]
     assert ("synthetic, 10 seeds split 5/5: 8.7% at step 2 (126 splits) and 0.0% at step 4 (116 of 126 splits with "
             "a verdict); other, 10 seeds split 5/5: 0.0% at step 2 and 0.0% at step 4 (126 splits each).") in closing
@@ -148,7 +148,7 @@ def test_summary_gives_each_setups_empirical_null_with_its_splits(monkeypatch):
 
 def test_a_bootstrap_p_of_zero_is_shown_as_a_bound():
     setup = {"bootstrap": {"resamples": 10000}, "tests": [{"p": 0.0}, {"p": 0.2}, {"p": None}]}
-    p_text, p_holm_text = analysis._p_formats(setup)
+    p_text, p_holm_text = combine_v1._p_formats(setup)
     assert (p_text(0.0), p_text(0.0123), p_text(None)) == ("< 0.0001", "0.0123", "-")
     assert p_holm_text(0.0) == "< 0.0002"  # Holm over the 2 tests with a p
 
@@ -161,8 +161,8 @@ def test_readme_and_docs_show_the_verdicts_of_docs_confirmatory_json(name):
     combined = json.loads(path.read_text()) if path.exists() else None
     text = (ROOT / name).read_text()
     found = 0
-    for start, end, render in ((analysis.BLOCK_START, analysis.BLOCK_END, analysis.block_text),
-                               (analysis.SUMMARY_START, analysis.SUMMARY_END, analysis.summary_text)):
+    for start, end, render in ((combine_v1.BLOCK_START, combine_v1.BLOCK_END, combine_v1.block_text),
+                               (combine_v1.SUMMARY_START, combine_v1.SUMMARY_END, combine_v1.summary_text)):
         if start in text:
             found += 1
             assert text.split(start + "\n")[1].split(end)[0] == render(combined)
@@ -171,17 +171,17 @@ def test_readme_and_docs_show_the_verdicts_of_docs_confirmatory_json(name):
 
 def test_fill_verdicts_fills_each_block_a_page_has_and_refuses_a_page_with_none(tmp_path, monkeypatch):
     result, _ = synthetic_runs(monkeypatch)
-    combined = analysis.combine([result], "b" * 40)
+    combined = combine_v1.combine([result], "b" * 40)
     page = tmp_path / "page.md"
-    page.write_text(f"a\n{analysis.SUMMARY_START}\nold\n{analysis.SUMMARY_END}\nb\n{analysis.BLOCK_START}\nold\n"
-                    f"{analysis.BLOCK_END}\n")
-    assert analysis.fill_verdicts(page, combined) == ["tables", "summary"]
-    assert page.read_text() == (f"a\n{analysis.SUMMARY_START}\n{analysis.summary_markdown(combined)}"
-                                f"{analysis.SUMMARY_END}\nb\n{analysis.BLOCK_START}\n"
-                                f"{analysis.verdict_markdown(combined)}{analysis.BLOCK_END}\n")
+    page.write_text(f"a\n{combine_v1.SUMMARY_START}\nold\n{combine_v1.SUMMARY_END}\nb\n{combine_v1.BLOCK_START}\nold\n"
+                    f"{combine_v1.BLOCK_END}\n")
+    assert combine_v1.fill_verdicts(page, combined) == ["tables", "summary"]
+    assert page.read_text() == (f"a\n{combine_v1.SUMMARY_START}\n{combine_v1.summary_markdown(combined)}"
+                                f"{combine_v1.SUMMARY_END}\nb\n{combine_v1.BLOCK_START}\n"
+                                f"{combine_v1.verdict_markdown(combined)}{combine_v1.BLOCK_END}\n")
     page.write_text("no markers\n")
     with pytest.raises(ValueError, match="has neither <!-- confirmatory:start --> nor"):
-        analysis.fill_verdicts(page, combined)
+        combine_v1.fill_verdicts(page, combined)
 
 
 def test_protocol_commit_precedes_the_verdict_commit():
@@ -225,13 +225,10 @@ def test_combine_refuses_a_missing_result_and_a_later_protocol_commit(tmp_path, 
 
 
 def test_the_test_and_the_settings_are_the_pre_registered_ones():
-    """The protocol YAMLs are byte for byte those of the pre-registration commit, `analyse` is its source, and the
-    verdict code gives 0.7.0's published tests exactly: every effect, CI and p of docs/confirmatory.json recomputed
-    from the committed run records (reporting code may change; what `analyse` and `verdict.test` compute for these
-    settings may not). The verdict code itself has since gained the second protocol's options, whose defaults are
-    0.7.0's test."""
-    import inspect
-
+    """The protocol YAMLs are byte for byte those of the pre-registration commit, and the verdict code gives 0.7.0's
+    published tests exactly: every effect, CI and p of docs/confirmatory.json recomputed from the committed run
+    records. (The analysis has since been folded with the second protocol's; that it still writes each set-up's
+    committed result.json byte for byte is tests/test_confirmatory_publish.py's slow check.)"""
     from exploration_trl.experiments.confirmatory import protocol, runner, verdict
 
     needs_history()
@@ -242,19 +239,16 @@ def test_the_test_and_the_settings_are_the_pre_registered_ones():
 
     for path in ("configs/confirmatory/countdown3.yaml", "configs/confirmatory/countdown4.yaml"):
         assert (ROOT / path).read_text() == at_protocol(path), f"{path} changed since the pre-registration"
-    registered = at_protocol("exploration_trl/experiments/confirmatory/analysis.py")
-    assert inspect.getsource(analysis.analyse) in registered
-    assert inspect.getsource(analysis._points) in registered
     published = json.loads((ROOT / "docs" / "confirmatory.json").read_text())
     for setup in published["setups"]:
         cfg = protocol.load(ROOT / "configs" / "confirmatory" / f"{setup['name']}.yaml")
         records = runner.collect(ROOT / "confirmatory_state" / setup["name"])
         base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
-        grpo = np.stack([analysis._points(records[(base["label"], sd)], sorted(base["steps"])) for sd in base["seeds"]])
+        grpo = np.stack([runner.points(records[(base["label"], sd)], sorted(base["steps"])) for sd in base["seeds"]])
         boot = cfg["bootstrap"]
         for t in setup["tests"]:
             s = next(s for s in cfg["settings"] if s["label"] == t["label"])
-            m = np.stack([analysis._points(records[(s["label"], sd)], [t["checkpoint"]])[0] for sd in s["seeds"]])
+            m = np.stack([runner.points(records[(s["label"], sd)], [t["checkpoint"]])[0] for sd in s["seeds"]])
             r = verdict.test(grpo, m, resamples=int(boot["resamples"]), seed=int(boot["seed"]),
                              correction=boot["correction"])
             assert (r["effect"], r["ci"], r["p"]) == (t["effect"], t["ci"], t["p"]), (setup["name"], t["label"])
@@ -271,7 +265,7 @@ def test_combine_writes_the_json_fills_the_pages_and_copies_the_plot(monkeypatch
     for (label, seed), rec in records.items():
         (out / "runs" / f"{label}__seed{seed}.json").write_text(json.dumps({**rec, "label": label, "seed": seed}))
     page = tmp_path / "page.md"
-    page.write_text(f"# Page\n{analysis.BLOCK_START}\n{analysis.PENDING}{analysis.BLOCK_END}\nend\n")
+    page.write_text(f"# Page\n{combine_v1.BLOCK_START}\n{combine_v1.PENDING}{combine_v1.BLOCK_END}\nend\n")
     docs = tmp_path / "docs"
     done = subprocess.run([sys.executable, "-m", "exploration_trl.cli", "confirm", "--combine", str(out),
                            "--protocol-commit", "HEAD", "--write", str(docs / "confirmatory.json"), "--fill", str(page)],
@@ -282,6 +276,6 @@ def test_combine_writes_the_json_fills_the_pages_and_copies_the_plot(monkeypatch
     assert combined["protocol_commit"] == head
     assert combined["heldout"]["n_problems"] == 500
     assert combined["setups"][0]["diversity"]["above"]["2"]["distinct_correct"] == pytest.approx(3.4)
-    assert page.read_text() == f"# Page\n{analysis.BLOCK_START}\n{analysis.verdict_markdown(combined)}" \
-                               f"{analysis.BLOCK_END}\nend\n"
+    assert page.read_text() == f"# Page\n{combine_v1.BLOCK_START}\n{combine_v1.verdict_markdown(combined)}" \
+                               f"{combine_v1.BLOCK_END}\nend\n"
     assert (docs / "img" / "confirmatory_synthetic.png").read_bytes() == b"png"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from exploration_trl.experiments.confirmatory import (
-    analysis_v2, calibration, driver, heldout, protocol, protocol_v2, provenance, runner, verdict,
+    analysis, calibration, driver, heldout, protocol, provenance, runner, verdict,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,17 +43,24 @@ def test_selection_split_is_apart_from_training_and_the_heldout_set_is_070s(cfg)
         heldout.selection_problems({})
 
 
+def test_the_yaml_null_section_is_read_as_null(cfg):
+    """YAML reads the key `null:` as None. The frozen code (4e6b608) looked up "null", found nothing and used its
+    defaults, which are the section's values; `load` now reads the section, and the analysis keys on it."""
+    assert None not in cfg
+    assert cfg["null"] == {"simulations": 10000, "resamples": 2000, "seed": 101, "splits": 10000}
+
+
 def test_the_runs_come_in_priority_order(cfg):
-    jobs = protocol_v2.confirm_jobs(cfg, None)
+    jobs = protocol.confirm_jobs(cfg, None)
     roles = [next(s.get("role", "baseline") for s in cfg["settings"] if s["label"] == j["label"]) for j in jobs]
     first = {r: roles.index(r) for r in set(roles)}
     assert first["baseline"] < first["tuned"] < first["new"] < first["replication"]
     assert max(i for i, r in enumerate(roles) if r in ("baseline", "negative_control")) < first["tuned"]
     assert all(j["overrides"] is None for j in jobs if j["label"].endswith("_tuned"))  # not before the selection
     chosen = {s["label"]: s["grid"][1] for s in cfg["settings"] if s.get("role") == "tuned"}
-    tuned = [j for j in protocol_v2.confirm_jobs(cfg, chosen) if j["label"] == "dsgrpo_tuned"]
+    tuned = [j for j in protocol.confirm_jobs(cfg, chosen) if j["label"] == "dsgrpo_tuned"]
     assert tuned[0]["overrides"] == {"ds_gamma_p": 0.1, "ds_gamma_n": 0.1, "ds_logp_granularity": "sequence_sum"}
-    assert len(protocol_v2.selection_jobs(cfg)) == 4 + 4 * 3 * 3
+    assert len(protocol.selection_jobs(cfg)) == 4 + 4 * 3 * 3
     assert all(len(s["seeds"]) >= 8 for s in cfg["settings"])
 
 
@@ -75,10 +82,10 @@ def test_the_selection_rule(cfg):
         if s.get("role") == "tuned":
             for value, (p1, pn) in zip(s["grid"], means[s["label"]]):
                 for sd in sel["seeds"]:
-                    records[(f"{s['label']}@{protocol_v2.grid_label(value)}", sd)] = _record({0: (0.2, 0.9),
+                    records[(f"{s['label']}@{protocol.grid_label(value)}", sd)] = _record({0: (0.2, 0.9),
                                                                                             500: (p1, pn),
                                                                                             1000: (p1, pn)})
-    decision = protocol_v2.choose(cfg, records)["settings"]
+    decision = protocol.choose(cfg, records)["settings"]
     assert decision["progrpo_tuned"]["chosen"] == {"progrpo_alpha": 3.0}
     assert decision["progrpo_tuned"]["grid"][1]["effect"] == pytest.approx(0.02)
     assert decision["dsgrpo_tuned"]["chosen"] == {"ds_gamma_p": 0.01, "ds_gamma_n": 0.01}
@@ -163,10 +170,10 @@ def test_seeds_and_multisets_bootstrap():
     groups = ["1,2,3", "1,2,3", "4,5,6", "4,5,6"]
     grpo = np.array([[[1, 0, 1, 0], [3, 0, 3, 0]]] * 3, float)  # (seeds, K, P)
     method = np.array([[1, 1, 2, 1]] * 2, float)
-    r = analysis_v2.seeds_and_multisets(grpo, method, groups, 4, resamples=200, seed=0)
+    r = analysis.seeds_and_multisets(grpo, method, groups, 4, resamples=200, seed=0)
     assert r["effect"] == pytest.approx(0.5) and r["multisets"] == 2 and r["problems"] == 4
     assert r["p"] == 0.0 and r["ci"] == pytest.approx([0.5, 0.5])
-    worse = analysis_v2.seeds_and_multisets(grpo, np.array([[1, 0, 2, 0]] * 2, float), groups, 4, 200, 0)
+    worse = analysis.seeds_and_multisets(grpo, np.array([[1, 0, 2, 0]] * 2, float), groups, 4, 200, 0)
     assert worse["effect"] == pytest.approx(0.0) and worse["p"] == 1.0  # on the curve: never above it
 
 
@@ -207,8 +214,8 @@ def test_a_job_name_is_checked(cfg, tmp_path):
         driver.parse_job("confirm:casp_tuned:100", cfg, tmp_path)
 
 
-# Slow (85 s on 2 idle cores, the suite's longest test): the second protocol's code is frozen at its pre-registration
-# commit (tests/test_confirmatory_v2_combine.py fails on any change to it), and its runs come from that commit's archive.
+# Slow (85 s on 2 idle cores, the suite's longest test): the second protocol's runs are done and came from its
+# commit's archive; run it (`-m slow`) after any change to the confirmatory code.
 @pytest.mark.slow
 def test_quick_protocol_runs_resumes_and_gives_the_verdict(tmp_path):
     """`confirm --quick --parallel 2`: the selection, then the confirmation two at a time, the verdict with the

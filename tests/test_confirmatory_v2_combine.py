@@ -15,11 +15,13 @@ from exploration_trl.experiments.confirmatory import combine_v2, protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL_COMMIT = "4e6b608"
-#: What the pre-registration commit fixed: the protocol and the code that runs and judges it.
-PREREGISTERED = ("configs/confirmatory/countdown3_v2.yaml", "confirmatory_state/countdown3_v2/pre_run_calibration.json",
-                 *(f"exploration_trl/experiments/confirmatory/{m}.py" for m in (
-                     "protocol", "protocol_v2", "analysis_v2", "verdict", "calibration", "heldout", "runner",
-                     "provenance", "driver")))
+#: What the pre-registration commit fixed and HEAD still holds as it was: the protocol and its pre-run calibration.
+PREREGISTERED = ("configs/confirmatory/countdown3_v2.yaml", "confirmatory_state/countdown3_v2/pre_run_calibration.json")
+#: The code it registered, which the runs and the published analysis ran from its `git archive`. HEAD's code has
+#: been folded since (one protocol.py and analysis.py for both protocols); tests/test_confirmatory_publish.py's slow
+#: check shows it still writes the published result.json byte for byte from the records.
+REGISTERED_CODE = tuple(f"exploration_trl/experiments/confirmatory/{m}.py" for m in (
+    "protocol", "protocol_v2", "analysis_v2", "verdict", "calibration", "heldout", "runner", "provenance", "driver"))
 
 
 def _test(label, checkpoint, family, effect, p, p_holm):
@@ -106,7 +108,7 @@ def test_the_full_tables_give_selection_provenance_and_the_secondary_analysis():
 
 
 def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path, monkeypatch):
-    from exploration_trl.experiments.confirmatory import command, integrity_v2
+    from exploration_trl.experiments.confirmatory import integrity_v2, publish
 
     checked = []  # the integrity checks themselves: tests/test_confirmatory_v2_integrity.py
     monkeypatch.setattr(integrity_v2, "check", lambda cfg, folder, sha: checked.append((cfg["name"], folder)) or {
@@ -125,9 +127,9 @@ def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path, monkeyp
     readme, page = tmp_path / "README.md", tmp_path / "page.md"
     readme.write_text(f"top\n{combine_v2.SUMMARY_START}\n{combine_v2.PENDING}{combine_v2.SUMMARY_END}\nend\n")
     page.write_text(f"# Page\n{combine_v2.BLOCK_START}\n{combine_v2.PENDING}{combine_v2.BLOCK_END}\nend\n")
-    args = argparse.Namespace(combine=[str(out)], protocol_commit="HEAD", write=str(write),
+    args = argparse.Namespace(combine=[str(out)], protocol_commit=["HEAD"], write=str(write),
                               fill=[str(readme), str(page)])
-    assert command._combine(args) == 0
+    assert publish.combine(args) == 0
     combined = json.loads(write.read_text())
     assert combined["setups"] == _first()["setups"]  # the first protocol's verdicts, untouched
     assert combined["second_protocol"]["setups"][0]["name"] == "countdown3_v2"
@@ -154,14 +156,17 @@ def _git(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_protocol_commit_precedes_every_run_and_nothing_it_fixed_changed():
-    """The runs come from a `git archive` of the protocol commit: it is in this history, what it pre-registered is
-    unchanged since, and every finished record names it (a record from other code would be refused)."""
+    """The runs come from a `git archive` of the protocol commit: it is in this history with the code it registered,
+    the protocol and its calibration are unchanged since, and every finished record names it (a record from other
+    code would be refused)."""
     full = _git("rev-parse", "--verify", f"{PROTOCOL_COMMIT}^{{commit}}")
     assert full.returncode == 0, "the protocol commit is not in this clone's history (clone without --depth)"
     sha = full.stdout.strip()
     assert _git("merge-base", "--is-ancestor", sha, "HEAD").returncode == 0
     changed = _git("diff", "--name-only", sha, "HEAD", "--", *PREREGISTERED).stdout.split()
     assert changed == [], f"pre-registered files changed since {PROTOCOL_COMMIT}: {changed}"
+    listed = _git("ls-tree", "--name-only", sha, "--", *REGISTERED_CODE).stdout.split()
+    assert sorted(listed) == sorted(REGISTERED_CODE)
     records = sorted((ROOT / "confirmatory_state" / "countdown3_v2" / "runs").rglob("*.json"))
     assert records, "no finished record of the second protocol is kept yet"
     for path in records:
@@ -172,10 +177,10 @@ def test_the_protocol_commit_precedes_every_run_and_nothing_it_fixed_changed():
 
 
 def test_the_combine_command_refuses_an_unknown_commit():
-    from exploration_trl.experiments.confirmatory import command
+    from exploration_trl.experiments.confirmatory import publish
 
     with pytest.raises(ValueError, match="--protocol-commit 0000000: not a commit of this repository"):
-        command._resolve_commit("0000000")
+        publish.resolve_commit("0000000")
 
 
 def test_the_hand_written_verdict_sentences_quote_the_published_numbers():

@@ -200,9 +200,9 @@ def _small_cfg(cfg):
 @pytest.fixture(scope="module")
 def small(cfg, tmp_path_factory):
     """A complete run folder of `_small_cfg`: the committed GRPO and control runs, GRPO's selection runs, the warm
-    start's json and the result.json that `analysis_v2.analyse` (frozen code) computes from them."""
+    start's json and the result.json that `analysis.analyse` computes from them."""
     from exploration_trl.experiments import _common
-    from exploration_trl.experiments.confirmatory import analysis_v2, runner
+    from exploration_trl.experiments.confirmatory import analysis, runner
 
     small_cfg = _small_cfg(cfg)
     out = tmp_path_factory.mktemp("small") / "run"
@@ -215,10 +215,11 @@ def small(cfg, tmp_path_factory):
     shutil.copyfile(STATE / "selection.json", out / "selection.json")
     shutil.copyfile(STATE / "warm_start" / "warm_start.json", out / "warm_start" / "warm_start.json")
     ws = json.loads((out / "warm_start" / "warm_start.json").read_text())
-    result = analysis_v2.analyse(small_cfg, runner.collect(out), runner.collect(out, "selection"),
-                                 json.loads((out / "selection.json").read_text()), ws["num_parameters"],
-                                 {"n_problems": 500, "warm_start_checksum": ws["checksum"]},
-                                 [str(i % 87) for i in range(500)])
+    result = analysis.analyse(small_cfg, runner.collect(out), ws["num_parameters"],
+                              {"n_problems": 500, "warm_start_checksum": ws["checksum"]},
+                              selection_records=runner.collect(out, "selection"),
+                              selection=json.loads((out / "selection.json").read_text()),
+                              groups=[str(i % 87) for i in range(500)])
     _common.write_json(out / "result.json", result)
     return small_cfg, out
 
@@ -283,7 +284,7 @@ def test_a_record_missing_a_registered_steps_row_is_refused(complete):
 
 
 def test_a_record_without_correct_counts_is_refused_before_any_analysis(complete):
-    """Without the check, analysis_v2._counts would fail with a bare KeyError."""
+    """Without the check, runner.counts would fail with a bare KeyError."""
     small_cfg, out = complete
     _edit(out / "runs" / "grpo_lr_half__seed100.json", lambda r: r.pop("correct_counts"))
     _refused(small_cfg, out, r"run confirm:grpo_lr_half:100 \(grpo_lr_half__seed100.json\) has no correct_counts "

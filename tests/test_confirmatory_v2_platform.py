@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exploration_trl.experiments.confirmatory import launcher, platform, platform_rule, protocol, protocol_v2
+from exploration_trl.experiments.confirmatory import launcher, platform, platform_rule, protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / "confirmatory_state" / "countdown3_v2"
@@ -72,11 +72,11 @@ def test_amendment_2_only_adds_caution_and_names_the_registered_arms():
     assert all(s["seeds"] == a["platform_control"]["seeds"] for s in methods)  # the method arms' own seeds
     assert sorted(a["platform_control"]["checkpoint_families"]) == sorted(cfg["checkpoints"])
     ctl = platform_rule.control_config(cfg, a)
-    assert [j["label"] for j in protocol_v2.confirm_jobs(ctl, None)] == ["grpo_platform"] * 18
+    assert [j["label"] for j in protocol.confirm_jobs(ctl, None)] == ["grpo_platform"] * 18
     assert {k: v for k, v in ctl.items() if k not in ("settings", "baseline", "selection")} == \
         {k: v for k, v in cfg.items() if k not in ("settings", "baseline", "selection")}
     check = platform_rule.check_config(cfg, a)
-    assert protocol_v2.confirm_jobs(check, None) == [{"phase": "confirm", "label": "grpo", "method": "grpo",
+    assert protocol.confirm_jobs(check, None) == [{"phase": "confirm", "label": "grpo", "method": "grpo",
                                                       "overrides": {}, "seed": 100, "steps": [0, 100, 200]}]
 
 

@@ -5,7 +5,7 @@ the verdict of its method's arm, so the file carries each method arm's verdict s
 `combine_v2._verdict` prints it in the README and the docs' tables (both amendments applied), beside its effect, CI,
 Holm p and the scope of the test.
 
-`exploration-trl confirm --combine ... --protocol-commit 4e6b608` writes it (`command._combine_second`) beside
+`exploration-trl confirm --combine ... --protocol-commit 4e6b608` writes it (`publish.combine`) beside
 `docs/confirmatory.json`'s `second_protocol`; until then the file does not exist and cards say there is no verdict
 yet. `tests/test_card_verdicts.py` checks that the committed file is `from_combined` of the committed json.
 """

@@ -1,10 +1,10 @@
 """`confirm --parallel N`: the second protocol's runs, N at a time, each in its own process (one torch thread), in
-the protocol's order (`protocol_v2`: the selection, then the confirmation by priority), resumable.
+the protocol's order (`protocol.py`: the selection, then the confirmation by priority), resumable.
 
 The driver starts `exploration-trl confirm --job PHASE:LABEL:SEED` processes (through the command's own module) from the same Python and working
 directory (so from the same code: a `git archive` of the protocol commit runs as itself), as long as fewer than N run
 and a job is runnable: not finished, not running, and, for a tuned setting, its selection decided. When the
-selection's last run finishes it writes `selection.json` (the rule of `protocol_v2.choose`); when every run has
+selection's last run finishes it writes `selection.json` (the rule of `protocol.choose`); when every run has
 finished, the verdict. A killed driver is restarted with the same command: finished runs are skipped and each
 unfinished one resumes from its last checkpoint. A job that fails is retried once, then left (the driver says so and
 goes on); its log is `logs/<phase>/<label>__seed<s>.log`. Only one driver may work on an output folder at a time.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _common
-from . import protocol_v2, runner
+from . import protocol, runner
 
 SELECTION_FILE = "selection.json"
 #: Seconds between looks at the running jobs.
@@ -57,8 +57,8 @@ def chosen(output: Path) -> dict[str, dict] | None:
 
 
 def plan(cfg: dict[str, Any], output: Path) -> list[dict[str, Any]]:
-    jobs = protocol_v2.selection_jobs(cfg) if cfg.get("selection") else []
-    return jobs + protocol_v2.confirm_jobs(cfg, chosen(output))
+    jobs = protocol.selection_jobs(cfg) if cfg.get("selection") else []
+    return jobs + protocol.confirm_jobs(cfg, chosen(output))
 
 
 def finished(output: Path, job: dict[str, Any]) -> bool:
@@ -73,10 +73,10 @@ def decide_selection(cfg: dict[str, Any], output: Path, log) -> bool:
     path = Path(output) / SELECTION_FILE
     if path.is_file():
         return True
-    jobs = protocol_v2.selection_jobs(cfg)
+    jobs = protocol.selection_jobs(cfg)
     if not all(finished(output, j) for j in jobs):
         return False
-    decision = protocol_v2.choose(cfg, runner.collect(output, "selection"))
+    decision = protocol.choose(cfg, runner.collect(output, "selection"))
     _common.write_json(path, decision)
     for label, s in decision["settings"].items():
         effects = ", ".join(f"{v['label']}: " + ("outside" if v["effect"] is None else f"{100 * v['effect']:+.2f}")
@@ -99,7 +99,7 @@ def _start(cfg_path: str, output: Path, job: dict[str, Any], quick: bool) -> sub
 def run(cfg_path: str, cfg: dict[str, Any], output: Path, workers: int, log, quick: bool = False) -> int:
     """Run every job of the protocol, `workers` at a time; returns 0 when all have finished (the verdict written),
     1 when some failed twice."""
-    from .analysis_v2 import write_verdict
+    from .analysis import write_verdict
 
     output = Path(output)
     runner.warm_start(cfg, output, log)  # once, before the workers, which all read it

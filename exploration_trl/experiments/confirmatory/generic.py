@@ -70,6 +70,6 @@ def run_generic(cfg: dict[str, Any], output: Path, args, log) -> int:
         log(f"[confirm] {cfg['name']}: {len(missing)} runs missing; no verdict yet")
         return 0
     result = analysis.analyse(cfg, records, None, {"n_problems": None, "disjoint_from_training": None})
-    analysis.write(output, result, records, cfg)
+    analysis.write(output, result, records)
     print(analysis.table(result))
     return 0

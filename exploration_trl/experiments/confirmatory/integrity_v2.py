@@ -7,7 +7,7 @@ failure is one `IntegrityError` line that names the run (or file), what is wrong
   and per-problem counts at every planned step (the analysis would otherwise fail with a bare KeyError, or worse,
   mix evaluations);
 - `selection.json` equals the selection recomputed from the selection records by the registered rule
-  (`protocol_v2.choose`);
+  (`protocol.choose`);
 - every (setting, seed) of the protocol has exactly one finished record, and no record is outside it;
 - every tuned arm's records ran the published setting with the selected value;
 - every record (selection and confirmation) names the protocol commit and one source hash;
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import analysis_v2, protocol_v2, provenance, runner, verdict
+from . import protocol, provenance, runner, verdict
 
 SELECTION_FILE = "selection.json"
 WARM_START_FILE = Path("warm_start") / "warm_start.json"
@@ -93,7 +93,7 @@ def check_records(cfg: dict[str, Any], files: dict[tuple[str, str, int], tuple[P
     """Each record finished, ran its phase's benchmark with the registered evaluation, and holds one row and one
     list of per-problem counts per planned step (records outside the protocol are `check_counts`'s)."""
     planned = {(j["phase"], j["label"], j["seed"]): j
-               for j in protocol_v2.selection_jobs(cfg) + protocol_v2.confirm_jobs(cfg, None)}
+               for j in protocol.selection_jobs(cfg) + protocol.confirm_jobs(cfg, None)}
     ev = cfg["eval"]
     for key, (path, rec) in _in_order(files):
         phase, run = key[0], f"run {':'.join(map(str, key))} ({path.name})"
@@ -130,7 +130,7 @@ def check_records(cfg: dict[str, Any], files: dict[tuple[str, str, int], tuple[P
 
 # ----------------------------------------------------------------------------------------- the protocol's plan
 def check_selection(cfg: dict[str, Any], output: Path, selection: dict[str, Any]) -> None:
-    recomputed = protocol_v2.choose(cfg, _records(output, "selection"))
+    recomputed = protocol.choose(cfg, _records(output, "selection"))
     for label, s in recomputed["settings"].items():
         got = (selection.get("settings") or {}).get(label)
         if got is None or got["chosen"] != s["chosen"]:
@@ -145,7 +145,7 @@ def check_selection(cfg: dict[str, Any], output: Path, selection: dict[str, Any]
 def check_counts(cfg: dict[str, Any], output: Path, chosen: dict[str, dict]) -> dict[str, int]:
     """Every planned run has one finished record, none is extra; returns the finished count per arm."""
     expected = {(j["phase"], j["label"], j["seed"]): j for j in
-                protocol_v2.selection_jobs(cfg) + protocol_v2.confirm_jobs(cfg, chosen)}
+                protocol.selection_jobs(cfg) + protocol.confirm_jobs(cfg, chosen)}
     found = {("selection", *k): r for k, r in _records(output, "selection").items()}
     found.update({("confirm", *k): r for k, r in _records(output, "confirm").items()})
     extra = sorted(f"{p}:{lab}:{sd}" for p, lab, sd in set(found) - set(expected))
@@ -164,7 +164,7 @@ def check_counts(cfg: dict[str, Any], output: Path, chosen: dict[str, dict]) -> 
 
 def check_settings(cfg: dict[str, Any], output: Path, chosen: dict[str, dict]) -> None:
     """Each confirmation record ran its planned overrides (a tuned arm: published + the selected value)."""
-    planned = {(j["label"], j["seed"]): j["overrides"] for j in protocol_v2.confirm_jobs(cfg, chosen)}
+    planned = {(j["label"], j["seed"]): j["overrides"] for j in protocol.confirm_jobs(cfg, chosen)}
     for (label, seed), rec in _records(output, "confirm").items():
         want = planned.get((label, seed))
         if want is not None and (rec.get("overrides") or {}) != want:
@@ -217,7 +217,7 @@ def _differs(got: Any, want: Any) -> bool:
 
 def check_result(cfg: dict[str, Any], output: Path, result: dict[str, Any], warm_start_checksum: str) -> None:
     """`result` (result.json) was analysed from these records: its provenance and warm start are theirs, and each
-    test's effect and method mean and each setting's trajectory are what `analysis_v2.analyse` computes from them
+    test's effect and method mean and each setting's trajectory are what `analysis.analyse` computes from them
     (cheap and deterministic, unlike the bootstrap and the nulls)."""
     redo = "write the verdict again from these records (`exploration-trl confirm --config ... --analyse-only`)"
     records, selection = _records(output, "confirm"), _records(output, "selection")
@@ -235,16 +235,16 @@ def check_result(cfg: dict[str, Any], output: Path, result: dict[str, Any], warm
                              f"{warm_start_checksum[:12]}; {redo}")
     base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
     bsteps = sorted(base["steps"])
-    grpo = np.stack([analysis_v2._points(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
+    grpo = np.stack([runner.points(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
     by_label = {s["label"]: s for s in cfg["settings"]}
-    wanted = {(s["label"], c) for s in cfg["settings"] if s is not base for c in protocol_v2.checkpoints_of(cfg, s)}
+    wanted = {(s["label"], c) for s in cfg["settings"] if s is not base for c in protocol.checkpoints_of(cfg, s)}
     tests = {(t.get("label"), t.get("checkpoint")): t for t in result.get("tests") or []}
     if set(tests) != wanted:
         odd = sorted(f"{a}@{b}" for a, b in set(tests) ^ wanted)
         raise IntegrityError(f"{runner.RESULT_FILE}: its tests are not the protocol's (differ at {', '.join(odd[:5])})"
                              f"; {redo}")
     for (label, c), t in sorted(tests.items()):
-        m = np.stack([analysis_v2._points(records[(label, sd)], [c])[0] for sd in by_label[label]["seeds"]])
+        m = np.stack([runner.points(records[(label, sd)], [c])[0] for sd in by_label[label]["seeds"]])
         for field, want in (("effect", verdict.point_effect(grpo, m)), ("method_mean", m.mean(axis=0).tolist())):
             if _differs(t.get(field), want):
                 raise IntegrityError(f"{runner.RESULT_FILE}: {label} at checkpoint {c}: {field} {t.get(field)} but "
@@ -252,7 +252,7 @@ def check_result(cfg: dict[str, Any], output: Path, result: dict[str, Any], warm
     settings = {s.get("label"): s for s in result.get("settings") or []}
     for label, s in by_label.items():
         steps = sorted(s["steps"])
-        want = np.stack([analysis_v2._points(records[(label, sd)], steps) for sd in s["seeds"]]).mean(axis=0).tolist()
+        want = np.stack([runner.points(records[(label, sd)], steps) for sd in s["seeds"]]).mean(axis=0).tolist()
         got = (settings.get(label) or {}).get("trajectory_mean")
         if _differs(got, want):
             raise IntegrityError(f"{runner.RESULT_FILE}: {label}'s trajectory_mean at steps {steps} is {got} but the "

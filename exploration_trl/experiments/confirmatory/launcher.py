@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import platform, platform_rule, protocol_v2, provenance
+from . import platform, platform_rule, protocol, provenance
 
 POLL_S = 5.0
 CHECK, CONTROL, CONFIRM = "check", "control", "confirm"
@@ -113,8 +113,6 @@ def foreign_jobs() -> set[tuple[str, str]]:
 def plan(output: Path, archive: Path, amendment: dict[str, Any], pid: str, scope: str) -> list[dict[str, Any]]:
     """The jobs this platform still has to run, in order: the same-platform check until it is decided, the platform
     control unless the check passed, then (scope `all`) the method arms in the protocol's order."""
-    from . import protocol
-
     cfg = protocol.load(archive / "configs" / "confirmatory" / "countdown3_v2.yaml")
     jobs: list[dict[str, Any]] = []
     check_file = Path(output) / platform_rule.PLATFORMS / "checks" / f"{pid}.json"
@@ -133,7 +131,7 @@ def plan(output: Path, archive: Path, amendment: dict[str, Any], pid: str, scope
         chosen = {k: v["chosen"] for k, v in json.loads((Path(output) / "selection.json").read_text())["settings"]
                   .items()}
         jobs += [{"kind": CONFIRM, "folder": Path(output), "cfg": None, "label": j["label"], "seed": j["seed"]}
-                 for j in protocol_v2.confirm_jobs(cfg, chosen)]
+                 for j in protocol.confirm_jobs(cfg, chosen)]
     return [j for j in jobs if not is_finished(j)]
 
 

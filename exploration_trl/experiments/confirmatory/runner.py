@@ -216,3 +216,19 @@ def collect(output: Path, phase: str = "confirm") -> dict[tuple[str, int], dict]
         rec = json.loads(p.read_text())
         out[(rec["label"], rec["seed"])] = rec
     return out
+
+
+def points(rec: dict, steps: list[int]):
+    """`(len(steps), 2)` held-out pass@1 and pass@n of a run's record at `steps`."""
+    import numpy as np
+
+    by = {r["step"]: (r["pass@1"], r["pass@n"]) for r in rec["rows"]}
+    return np.array([by[s] for s in steps], float)
+
+
+def counts(rec: dict, steps: list[int]):
+    """`(len(steps), problems)` correct samples per held-out problem of a run at `steps` (second protocol's records)."""
+    import numpy as np
+
+    by = rec.get("correct_counts") or {}
+    return np.array([by[str(s)] for s in steps], float)
