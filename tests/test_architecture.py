@@ -68,7 +68,7 @@ def _package_classes() -> list[type]:
 
 
 #: A custom `PreTrainedModel` must define these (transformers' "Customizing models" guide): the tabular policy of
-#: `experiments/tabular.py` is a model, not a trainer, and adapts nothing of TRL's or the Trainer's behaviour.
+#: `experiments/research/tabular.py` is a model, not a trainer, and adapts nothing of TRL's or the Trainer's behaviour.
 MODEL_DEFINITION_HOOKS = {"_init_weights", "_no_split_modules", "_supports_default_dynamic_cache"}
 
 
@@ -429,11 +429,6 @@ def test_the_0_8_stand_in_modules_go_in_the_release_the_changelog_announces():
 
 
 # ----------------------------------------------------------------------------------- private names (issue 64, item 5)
-#: The one private module another room reads: the file `git archive` fills in (`export-subst`). Its path is part of
-#: the pre-registered second protocol's archive (4e6b608), which the launcher reads; it moves with issue 64's item 8.
-ARCHIVE_LAYOUT = {"exploration_trl._commit"}
-
-
 def _room(module: str) -> str:
     """A module's room: the package directly under `exploration_trl` (`trainers`, `core`, ...), or the root."""
     parts = module.split(".")
@@ -466,7 +461,7 @@ def private_imports_across_rooms(root: Path, package: str = "exploration_trl") -
                 names = target.split(".")
                 private = next((i for i, n in enumerate(names) if n.startswith("_") and not n.startswith("__")), None)
                 owner = ".".join(names[:private + 1]) if private is not None else None
-                if owner and owner not in ARCHIVE_LAYOUT and _room(owner) != _room(module):
+                if owner and _room(owner) != _room(module):
                     found.append(f"{path.relative_to(root)}:{node.lineno} {target}")
     return found
 
@@ -483,8 +478,7 @@ def test_the_private_import_check_sees_a_violation(tmp_path):
     (tmp_path / "rewards" / "base.py").write_text("def _grade(x):\n    return x\n")
     (tmp_path / "trainers" / "methods" / "m.py").write_text(
         "from ...core._utils import masked_sum\nfrom exploration_trl.rewards.base import _grade\n"
-        "def f():\n    import exploration_trl.core._utils\n    from ...rewards import base, __doc__\n"
-        "from exploration_trl._commit import ARCHIVED_COMMIT\n")
+        "def f():\n    import exploration_trl.core._utils\n    from ...rewards import base, __doc__\n")
     assert private_imports_across_rooms(tmp_path) == [
         "trainers/methods/m.py:1 exploration_trl.core._utils.masked_sum",
         "trainers/methods/m.py:2 exploration_trl.rewards.base._grade",

@@ -113,12 +113,12 @@ def test_a_git_archive_writes_its_commit_into_the_package(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     if head.returncode != 0:
         pytest.skip("not a git checkout")
-    archive = subprocess.run(["git", "archive", "HEAD", "exploration_trl/_commit.py"], cwd=ROOT, capture_output=True,
+    archive = subprocess.run(["git", "archive", "HEAD", "exploration_trl/archive_commit.py"], cwd=ROOT, capture_output=True,
                              check=True)
     import io
     import tarfile
 
-    text = tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractfile("exploration_trl/_commit.py").read().decode()
+    text = tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractfile("exploration_trl/archive_commit.py").read().decode()
     assert f'ARCHIVED_COMMIT = "{head.stdout.strip()}"' in text
 
 

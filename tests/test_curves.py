@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exploration_trl.experiments import curves
+from exploration_trl.experiments.research import curves
 
 
 def test_quick_curves_writes_rows_verdicts_and_plot(tmp_path):

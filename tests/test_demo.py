@@ -223,7 +223,7 @@ def test_versus_grpo_reads_grpos_trajectory_at_the_methods_pass_at_1():
 def test_the_demo_default_follows_the_budget_experiment():
     """The demo trains the setting that came closest to beating GRPO's trajectory in docs/curves.json (the issue's
     rule: if one beats GRPO, it is that one), and says which settings beat GRPO, as measured there."""
-    from exploration_trl.experiments import curves
+    from exploration_trl.experiments.research import curves
 
     data = json.loads((Path(__file__).resolve().parents[1] / "docs" / "curves.json").read_text())
     assert curves.closest_to_beating(data) == demo.DEFAULT_LABEL
@@ -273,7 +273,7 @@ def test_the_demos_second_protocol_claim_is_the_published_one():
 
 
 def test_closest_to_beating_takes_the_largest_margin():
-    from exploration_trl.experiments import curves
+    from exploration_trl.experiments.research import curves
 
     def v(z):
         return {"vs_grpo": {"verdict": "no", "best": {"z": z}}}

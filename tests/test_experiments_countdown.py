@@ -9,7 +9,7 @@ import math
 import pytest
 
 from exploration_trl.experiments import countdown_tiny as cd
-from exploration_trl.experiments import countdown_tiny_command as cd_command
+from exploration_trl.experiments.research import countdown_tiny_command as cd_command
 from exploration_trl.rewards.countdown import countdown, evaluate_equation
 
 
@@ -143,7 +143,7 @@ def test_settings_table_gives_both_presets():
 
 
 def test_quick_sweep_writes_the_frontier(tmp_path, capsys):
-    from exploration_trl.experiments import countdown_sweep
+    from exploration_trl.experiments.research import countdown_sweep
 
     out = tmp_path / "sweep"
     args = _parse("--quick", "--sweep", "--workers", "1", "--output", str(out), "--cache-dir", str(tmp_path / "cache"))

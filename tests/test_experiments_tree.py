@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from exploration_trl.experiments import tree, tree_command
+from exploration_trl.experiments.research import tree, tree_command
 
 
 def _task(actions="ABC", horizon=2, rewarding="AB,CA"):
@@ -190,7 +190,7 @@ def test_tree_short_run(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------ tabular policy
 def _tabular(task, init_std=0.0, seed=0):
-    from exploration_trl.experiments import tabular
+    from exploration_trl.experiments.research import tabular
 
     tok = tree.build_tree_tokenizer(task)
     return tabular.build_tabular_model(tok, tree.action_token_ids(tok, task), task.horizon, init_std=init_std,
@@ -199,7 +199,7 @@ def _tabular(task, init_std=0.0, seed=0):
 
 def _table_distribution(model, task):
     """Sequence probabilities straight from the table: the product of softmax(action logits of each visited state)."""
-    from exploration_trl.experiments.tabular import state_offsets
+    from exploration_trl.experiments.research.tabular import state_offsets
 
     probs = torch.softmax(model.action_table().double(), dim=-1)  # (states, actions)
     offsets = state_offsets(len(task.actions), task.horizon)
@@ -301,7 +301,7 @@ def test_grpo_collapses_on_the_tabular_tree(tmp_path):
 
 
 def test_quick_sweep_writes_the_frontier(tmp_path, capsys):
-    from exploration_trl.experiments import frontier, tree_sweep
+    from exploration_trl.experiments.research import frontier, tree_sweep
 
     out = tmp_path / "sweep"
     assert tree_command.main_from_args(_parse("--policy", "tabular", "--sweep", "--quick", "--workers", "1",
@@ -341,7 +341,7 @@ def test_quick_sweep_writes_the_frontier(tmp_path, capsys):
 
 
 def test_frontier_selection_rules():
-    from exploration_trl.experiments import frontier
+    from exploration_trl.experiments.research import frontier
 
     def row(method, acc, modes, **setting):
         return {"method": method, "setting": setting, "seeds": [0],
@@ -375,9 +375,9 @@ def test_default_grids_hold_the_published_settings_and_span_100x(module):
     """Every method's grid contains its published setting, and its main strength spans at least 100x."""
     import importlib
 
-    from exploration_trl.experiments import frontier
+    from exploration_trl.experiments.research import frontier
 
-    mod = importlib.import_module(f"exploration_trl.experiments.{module}")
+    mod = importlib.import_module(f"exploration_trl.experiments.research.{module}")
     points = mod.TREE_GRID if module == "tree_sweep" else mod.COUNTDOWN_GRID
     strength = {"grpo_entropy": "entropy_coef", "casp": "casp_alpha", "progrpo": "progrpo_alpha",
                 "dsgrpo": "ds_gamma_p", "kl_cov": "kl_cov_ratio", "clip_cov": "clip_cov_ratio"}

@@ -27,7 +27,7 @@ MAX_MODULE_LINES = 600
 #: trainers write their model cards (`hub`) and evaluate held-out pass@k (`eval`), so both sit below them.
 LAYERS = (
     ("exploration_trl",),
-    ("exploration_trl.errors", "exploration_trl.io_safety", "exploration_trl.methods", "exploration_trl._commit",
+    ("exploration_trl.errors", "exploration_trl.io_safety", "exploration_trl.methods", "exploration_trl.archive_commit",
      "exploration_trl.weights", "exploration_trl.toy", "exploration_trl.data", "exploration_trl.core"),
     ("exploration_trl.random_model",),  # a shipped architecture at random weights, with the toy's tokenizer
     ("exploration_trl.rewards",),
@@ -149,12 +149,33 @@ def test_no_import_cycles_between_subpackages():
 
 
 def test_no_import_cycles_between_the_experiments():
-    """Each module or subpackage of `experiments/` as one node: `countdown_tiny` <-> `curves` / `countdown_sweep` and
-    `tree` <-> `tree_sweep` were loops (their commands, which dispatch the sweeps, lived in the packages)."""
-    graph = collapse(import_graph(), "exploration_trl.experiments")
-    assert "exploration_trl.experiments.countdown_tiny" in graph and "exploration_trl.experiments.tree" in graph
-    cycle = find_cycle(graph)
-    assert cycle is None, f"import cycle in experiments/: {' -> '.join(cycle)}"
+    """Each module or subpackage of `experiments/` (and of `experiments/research/`) as one node: `countdown_tiny` <->
+    `curves` / `countdown_sweep` and `tree` <-> `tree_sweep` were loops (their commands, which dispatch the sweeps,
+    lived in the packages)."""
+    for package, members in (("exploration_trl.experiments", ("countdown_tiny", "research")),
+                             (RESEARCH, ("tree", "curves"))):
+        graph = collapse(import_graph(), package)
+        assert {f"{package}.{m}" for m in members} <= set(graph)
+        cycle = find_cycle(graph)
+        assert cycle is None, f"import cycle in {package}: {' -> '.join(cycle)}"
+
+
+#: The research experiments' room (issue 64, item 8): what users run for an answer (`confirm`, the demo) never
+#: imports it; only the CLI names its commands (as strings, `cli/entry_point.py`).
+RESEARCH = "exploration_trl.experiments.research"
+
+
+def imports_of_research_from_outside(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if (b == RESEARCH or b.startswith(RESEARCH + ".")) and not (a == RESEARCH or a.startswith(RESEARCH + ".")))
+
+
+def test_nothing_outside_the_research_room_imports_it():
+    graph = import_graph()
+    assert any(m.startswith(RESEARCH + ".") for m in graph) and "exploration_trl.experiments.confirmatory.analysis" in graph
+    assert imports_of_research_from_outside(graph) == []
+    demo = {"exploration_trl.experiments.demo": {f"{RESEARCH}.curves", "exploration_trl.experiments.curves_rule"}}
+    assert imports_of_research_from_outside(demo) == [f"exploration_trl.experiments.demo -> {RESEARCH}.curves"]
 
 
 def _floor(module: str) -> int:

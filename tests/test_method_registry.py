@@ -152,7 +152,8 @@ def throwaway(tmp_path):
 
 def test_a_new_method_module_is_everywhere_without_another_edit(throwaway, tmp_path, capsys):
     from exploration_trl.cli import main
-    from exploration_trl.experiments import _common, frontier
+    from exploration_trl.experiments import _common
+    from exploration_trl.experiments.research import frontier
     from exploration_trl.hub import write_model_card
     from exploration_trl.hub.tables import extract_hyperparameters
     from exploration_trl.toy import build_toy, save_toy

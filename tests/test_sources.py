@@ -20,7 +20,7 @@ import pytest
 
 import exploration_trl.core as core
 from exploration_trl import methods
-from exploration_trl.experiments import frontier
+from exploration_trl.experiments.research import frontier
 from exploration_trl.trainers import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,8 +18,8 @@ from .train_help_text import print_help_all, train_help
 
 SUBCOMMAND_MODULES = (
     "exploration_trl.eval.command",
-    "exploration_trl.experiments.tree_command",
-    "exploration_trl.experiments.countdown_tiny_command",
+    "exploration_trl.experiments.research.tree_command",
+    "exploration_trl.experiments.research.countdown_tiny_command",
     "exploration_trl.experiments.demo",
     "exploration_trl.experiments.confirmatory",
     "exploration_trl.hub.command",

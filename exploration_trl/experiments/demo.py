@@ -30,14 +30,16 @@ from typing import Any
 
 from ..io_safety import check_output_dir, write_atomic
 from . import _common, countdown_tiny, curves_rule
-from .curves import EVAL_STEPS, QUICK_EVAL_STEPS, check_warm_start, settings_by_label, warm_start_dir
+from .countdown_tiny.export import check_warm_start, warm_start_dir
+from .countdown_tiny.task import EVAL_STEPS, QUICK_EVAL_STEPS
 
 #: The setting the demo trains unless told otherwise: the budget experiment's setting with the largest margin over
-#: GRPO's trajectory by its rule (`curves.closest_to_beating` on `docs/curves.json`; `tests/test_demo.py` checks the
-#: two agree). Other methods run at their config defaults (the papers').
+#: GRPO's trajectory by its rule (`research.curves.closest_to_beating` on `docs/curves.json`), as that experiment ran
+#: it (`research.curves.SETTINGS`; `tests/test_demo.py` checks both). Other methods run at their config defaults (the
+#: papers').
 DEFAULT_LABEL = "pkpo_published"
-DEFAULT_METHOD = settings_by_label()[DEFAULT_LABEL][0]
-DEMO_SETTINGS: dict[str, dict[str, Any]] = {DEFAULT_METHOD: dict(settings_by_label()[DEFAULT_LABEL][1])}
+DEFAULT_METHOD = "pkpo"
+DEMO_SETTINGS: dict[str, dict[str, Any]] = {DEFAULT_METHOD: {"pkpo_k": 4}}
 #: The budget experiment's settings whose verdict against GRPO's trajectory is "beats" (`docs/curves.json`; checked
 #: by `tests/test_demo.py`).
 BEATS_GRPO: tuple[str, ...] = ("passk_published", "pkpo_published")

@@ -51,7 +51,7 @@ def log(msg: str, output: Path | None = None) -> None:
 # ------------------------------------------------------------------------------------------------- set-up
 def check_archive(archive: Path, amendment: dict[str, Any], output: Path) -> str:
     """The archive is the protocol commit's, and its package source is the one every record names."""
-    commit_file = archive / "exploration_trl" / "_commit.py"
+    commit_file = archive / "exploration_trl" / "_commit.py"  # 4e6b608's name for what is now archive_commit.py
     if not commit_file.is_file():
         raise ValueError(f"--archive {archive}: no exploration_trl/_commit.py; extract `git archive 4e6b608` there")
     text = commit_file.read_text()

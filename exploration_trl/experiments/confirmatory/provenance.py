@@ -2,8 +2,9 @@
 
 * `source_hash`: sha256 over every file of the package (path and bytes, in path order; compiled caches left out), so
   two runs share it exactly when they ran the same package source.
-* The commit: the one `git archive` wrote into `exploration_trl/_commit.py` (runs made from an archive of the protocol
-  commit), else the checkout's `HEAD`, marked `dirty` when the package differs from it.
+* The commit: the one `git archive` wrote into `exploration_trl/archive_commit.py` (runs made from an archive of the
+  protocol commit; 4e6b608's archive calls the file `_commit.py`), else the checkout's `HEAD`, marked `dirty` when the
+  package differs from it.
 
 `check_same` is the analysis's guard: the records of a set-up must share their provenance, except differences the
 protocol declares (`provenance: {declared: [...]}`).
@@ -52,7 +53,7 @@ def _git(root: Path, *args: str) -> str | None:
 def current(root: Path | None = None) -> dict[str, Any]:
     """The provenance of the package this process imported."""
     from exploration_trl import __version__
-    from exploration_trl._commit import ARCHIVED_COMMIT
+    from exploration_trl.archive_commit import ARCHIVED_COMMIT
 
     root = Path(root or package_root())
     if ARCHIVED_COMMIT != PLACEHOLDER:

@@ -19,9 +19,10 @@ Prompts are plain text (`"nums: 3 7 12\\ntarget: 33\\n"`); a completion is the b
 the `countdown` reward reads from the completion's last line.
 
 Modules, one job each: `task` (settings, problems, split, prompts), `sft` (the cached warm start), `rl` (RL, evaluation
-and the whole run), `report` (table, plot), `export` (`--sft-only --export`). Every public name is importable from
-this package. Above it: `experiments.countdown_sweep` (`--sweep`), `experiments.curves` (`--curves`) and the
-subcommand's flags and dispatch, `experiments.countdown_tiny_command`.
+and the whole run), `report` (table, plot), `export` (`--sft-only --export`, the shipped warm start). Every public name
+is importable from this package. The demo and the confirmatory runs use it; above it, in `experiments.research`: the
+sweep (`--sweep`), the budget curves (`--curves`) and the subcommand's flags and dispatch
+(`countdown_tiny_command`).
 """
 
 from __future__ import annotations

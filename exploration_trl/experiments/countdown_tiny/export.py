@@ -17,6 +17,22 @@ from .task import Settings
 EXPORT_INFO = "countdown_tiny_sft.json"
 
 
+def warm_start_dir() -> Path:
+    """The demo's shipped warm start (`exploration_trl/data/warm_start/countdown_tiny`, a folder `from_pretrained`
+    loads)."""
+    return Path(__file__).resolve().parents[2] / "data" / "warm_start" / "countdown_tiny"
+
+
+def check_warm_start(path: str, flag: str = "--curves-warm-start") -> Path:
+    """`--curves-warm-start` (and the demo's `--warm-start`): a folder `countdown-tiny --sft-only --export` wrote, or
+    a one-line error."""
+    folder = Path(path)
+    if not (folder / EXPORT_INFO).is_file():
+        raise ValueError(f"{flag} '{path}' is not a warm start (no {EXPORT_INFO}); make one with "
+                         "`exploration-trl countdown-tiny --sft-only --export DIR`")
+    return folder
+
+
 def read_export_info(folder: Path) -> dict[str, Any]:
     """The `EXPORT_INFO` record of an exported warm start: its command, seed, settings (data split, model size), size
     and held-out pass@k."""

@@ -14,6 +14,10 @@ _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 
 
 # ------------------------------------------------------------------------------------------ settings
+#: The held-out evaluation steps of the budget experiment (`research/curves.py`), which the demo shares: step 0 is the
+#: warm start, the same for every run.
+EVAL_STEPS = (0, 100, 200, 400, 700, 1000, 1500)
+QUICK_EVAL_STEPS = (0, 2, 4)
 #: Every setting, `section -> {name: (default, quick)}`: `Settings()` holds the defaults and `quick_settings()` the
 #: quick values (a few-minute smoke run), side by side so the two presets are read and changed in one place.
 #: `data`: the problems (numbers 1..max_num, targets 1..max_target) and their split; `model`: the char-level toy

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _common, frontier
+from .. import _common
+from . import frontier
 from .frontier import grid
 from .tree.task import TreeTask
 from .tree.train import DEFAULT_SWEEP_SEEDS, QUICK_SWEEP_SEEDS, TrainSettings, train_one
@@ -154,7 +155,7 @@ def write_best_settings(path: Path, found: Mapping[str, Any], points: Sequence[f
     best = {m: v for m, v in best.items() if v}
     header = ("# Written by `exploration-trl tree --sweep`: GRPO, each method's published and best setting (most modes\n"
               "# covered at accuracy within the tolerance of GRPO's) and the entropy bonus's grid. Re-run with --grid.\n")
-    from ..io_safety import write_atomic
+    from ...io_safety import write_atomic
 
     write_atomic(path, header + yaml.safe_dump(best, sort_keys=False))
     return path

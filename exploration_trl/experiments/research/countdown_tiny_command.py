@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import _common, frontier
+from .. import _common
+from . import frontier
 from .countdown_sweep import main_sweep
-from .countdown_tiny.export import export_command, export_sft
-from .countdown_tiny.rl import run_countdown
-from .countdown_tiny.sft import default_cache_dir
-from .countdown_tiny.task import SETTINGS_TABLE, Settings, quick_settings
+from ..countdown_tiny.export import export_command, export_sft
+from ..countdown_tiny.rl import run_countdown
+from ..countdown_tiny.sft import default_cache_dir
+from ..countdown_tiny.task import SETTINGS_TABLE, Settings, quick_settings
 from .curves import add_arguments as add_curves_arguments
 from .curves import main_from_args as main_curves
 
@@ -70,7 +71,7 @@ def register(subparsers) -> None:
                    help="Methods trained in parallel processes (default %(default)s, one per core of a 2-core machine).")
     p.add_argument("--threads", type=int, default=1, help="Torch threads per process (default %(default)s).")
     p.add_argument("--curves", action="store_true",
-                   help="The budget experiment (experiments/curves.py): every setting trained from the shipped warm "
+                   help="The budget experiment (experiments/research/curves.py): every setting trained from the shipped warm "
                         "start and evaluated on the held-out problems as it trains, at steps 0..1500; verdicts by the "
                         "rule of experiments/curves_rule.py. Writes curves.json and curves.png.")
     add_curves_arguments(p)

@@ -16,9 +16,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from . import _common, frontier
-from .countdown_tiny.rl import prepare, rl_and_eval
-from .countdown_tiny.task import Settings
+from .. import _common
+from . import frontier
+from ..countdown_tiny.rl import prepare, rl_and_eval
+from ..countdown_tiny.task import Settings
 from .frontier import grid
 
 #: The default grid (published settings as in `tree_sweep.TREE_GRID`; strengths span >= 100x around them). Smaller

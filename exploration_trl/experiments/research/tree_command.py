@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import _common, frontier
+from .. import _common
+from . import frontier
 from .tree.task import DEFAULT_ACTIONS, DEFAULT_HORIZON, DEFAULT_REWARDING, TreeTask
 from .tree.train import (
     DEFAULT_NUM_GENERATIONS,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _common
+from .. import _common
 
 Point = tuple[str, dict[str, Any]]
 
@@ -48,8 +48,8 @@ class _Published(Mapping):
     method registered later is in it)."""
 
     def _all(self) -> dict[str, dict[str, Any]]:
-        from ..methods import method_info
-        from ..trainers import METHODS  # importing the trainers registers the built-in methods
+        from ...methods import method_info
+        from ...trainers import METHODS  # importing the trainers registers the built-in methods
 
         out = {ENTROPY_BONUS: dict(ENTROPY_BONUS_PUBLISHED)}
         for name in METHODS:
@@ -78,15 +78,15 @@ def ours(method: str) -> dict[str, Any]:
         return dict(ENTROPY_BONUS_PUBLISHED)
     if method not in PUBLISHED:
         return {}
-    from ..methods import method_info
+    from ...methods import method_info
 
     return {**method_info(method).chosen, **SWEEP_FORM.get(method, {})}
 
 
 def setting_prefixes() -> tuple[str, ...]:
     """The config prefixes of every registered method (`MethodInfo.config_prefixes`), which setting labels drop."""
-    from ..methods import method_info
-    from ..trainers import METHODS
+    from ...methods import method_info
+    from ...trainers import METHODS
 
     return tuple(p for name in METHODS for p in method_info(name).config_prefixes)
 

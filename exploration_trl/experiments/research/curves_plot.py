@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import _common, curves_rule
+from .. import _common, curves_rule
 
 PANELS = (("pass@1", "held-out pass@1 %", 100.0), ("pass@64", "held-out pass@n %", 100.0),
           ("distinct_correct", "distinct correct / problem", 1.0), ("token_entropy", "token entropy (nats)", 1.0))

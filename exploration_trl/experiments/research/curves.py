@@ -20,14 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import _common, curves_rule, frontier
-from .countdown_tiny import rl as countdown_rl
-from .countdown_tiny import task as countdown_task
-from .countdown_tiny.export import EXPORT_INFO, read_export_info
+from .. import _common, curves_rule
+from . import frontier
+from ..countdown_tiny import rl as countdown_rl
+from ..countdown_tiny import task as countdown_task
+from ..countdown_tiny.export import check_warm_start, read_export_info, warm_start_dir
+from ..countdown_tiny.task import EVAL_STEPS, QUICK_EVAL_STEPS
 
-#: Steps at which every run is evaluated (step 0 is the warm start, the same for every run).
-EVAL_STEPS = (0, 100, 200, 400, 700, 1000, 1500)
-QUICK_EVAL_STEPS = (0, 2, 4)
 #: `(label, method, overrides)`: GRPO; the entropy bonus at two coefficients (0.01: the usual LLM value and
 #: `frontier.PUBLISHED`; 0.1: the countdown sweep's best); each method at its published setting and at its best
 #: setting from the countdown sweep (docs/what_it_shows.md; ProGRPO's best is its published alpha 0.3); one
@@ -67,12 +66,6 @@ BASELINE, ENTROPY_LABELS = "grpo", ("entropy_0.01", "entropy_0.1")
 SEEDS = (0, 1, 2)
 METRICS = ("pass@1", "pass@64", "distinct_correct", "token_entropy")
 CURVES_FILE, PLOT_FILE = "curves.json", "curves.png"
-
-
-def warm_start_dir() -> Path:
-    """The demo's shipped warm start (`exploration_trl/data/warm_start/countdown_tiny`, a folder `from_pretrained`
-    loads); `experiments.demo` uses this one."""
-    return Path(__file__).resolve().parents[1] / "data" / "warm_start" / "countdown_tiny"
 
 
 def run_settings(quick: bool, seed: int, warm_start: Path | None = None) -> countdown_task.Settings:
@@ -261,16 +254,6 @@ def describe_warm_start(warm_start: Path | None) -> dict[str, Any]:
             "pass_at_1": info.get("pass_at_1")}
 
 
-def check_warm_start(path: str, flag: str = "--curves-warm-start") -> Path:
-    """`--curves-warm-start` (and the demo's `--warm-start`): a folder `countdown-tiny --sft-only --export` wrote, or
-    a one-line error."""
-    folder = Path(path)
-    if not (folder / EXPORT_INFO).is_file():
-        raise ValueError(f"{flag} '{path}' is not a warm start (no {EXPORT_INFO}); make one with "
-                         "`exploration-trl countdown-tiny --sft-only --export DIR`")
-    return folder
-
-
 def run_curves(labels: list[str], seeds: list[int], output: Path, quick: bool = False,
                steps: list[int] | None = None, workers: int = 2, command: str = "", log=None,
                warm_start: Path | None = None) -> dict[str, Any]:
@@ -312,14 +295,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m exploration_trl.experiments.curves` (the same as `exploration-trl countdown-tiny --curves`)."""
-    p = argparse.ArgumentParser(prog="python -m exploration_trl.experiments.curves", description=__doc__.splitlines()[0])
+    """`python -m exploration_trl.experiments.research.curves` (the same as `exploration-trl countdown-tiny --curves`)."""
+    p = argparse.ArgumentParser(prog="python -m exploration_trl.experiments.research.curves", description=__doc__.splitlines()[0])
     add_arguments(p)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--output", default=None)
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
-    return main_from_args(args, "python -m exploration_trl.experiments.curves " + " ".join(argv or []))
+    return main_from_args(args, "python -m exploration_trl.experiments.research.curves " + " ".join(argv or []))
 
 
 def main_from_args(args, command: str | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import _common
+from ... import _common
 from .task import MODE_THRESHOLD, TreeTask
 
 

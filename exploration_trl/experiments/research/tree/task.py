@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _common
+from ... import _common
 
 DEFAULT_ACTIONS = "ABCD"
 DEFAULT_HORIZON = 3
@@ -78,7 +78,7 @@ class TreeTask:
 
 # ------------------------------------------------------------------------------------------ policy
 def build_tree_tokenizer(task: TreeTask):
-    from ...toy import build_toy_tokenizer
+    from ....toy import build_toy_tokenizer
 
     return build_toy_tokenizer([PROMPT_TOKEN, *task.actions], level="word")
 
@@ -92,7 +92,7 @@ def build_tree_policy(task: TreeTask, seed: int = 0, mask_head: bool = True, **m
     generation is restricted (`suppress_tokens`) while the trainers see the full vocabulary, and an entropy bonus
     (or any push-down) can park probability on never-sampled tokens (see docs/what_it_shows.md).
     """
-    from ...toy import build_toy_model
+    from ....toy import build_toy_model
 
     tok = build_tree_tokenizer(task)
     kwargs = {**DEFAULT_MODEL, **model_kwargs}

@@ -21,13 +21,13 @@ tokenizer, the output layer, the reward function and the generation settings:
   distribution generation samples from); no sampling is involved in the reported numbers.
 
 Two policies (`--policy`): `lm` (the default) is the toy Qwen2 above, trained with plain SGD; `tabular` is CaSP's
-own setting, one categorical distribution per tree state (`experiments.tabular`), trained with Adam. `--sweep`
-trains each method over a grid of strengths and draws its accuracy-diversity frontier (`experiments.tree_sweep`).
+own setting, one categorical distribution per tree state (`research.tabular`), trained with Adam. `--sweep`
+trains each method over a grid of strengths and draws its accuracy-diversity frontier (`research.tree_sweep`).
 Results, runtimes and what each method did: docs/what_it_shows.md.
 
 Modules, one job each: `task` (the task, the policy model, the exact distribution), `train` (run settings, one run,
 every run), `report` (summary, table, plot). Every public name is importable from this package. Above it:
-`experiments.tree_sweep` (`--sweep`) and the subcommand's flags and dispatch, `experiments.tree_command`.
+`research.tree_sweep` (`--sweep`) and the subcommand's flags and dispatch, `research.tree_command`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import _common
+from ... import _common
 from .report import _init_stats, format_table, plot_tree, summarise
 from .task import (
     DEFAULT_MODEL,
@@ -29,7 +29,7 @@ DEFAULT_SWEEP_SEEDS = "0,1,2,3"
 #: `--sweep --quick` (CI smoke sweep): steps per run and seeds.
 QUICK_SWEEP_STEPS = 40
 QUICK_SWEEP_SEEDS = "0"
-#: The two policies: the toy Qwen2 (`lm`, shared parameters) and CaSP's tabular policy (`experiments.tabular`).
+#: The two policies: the toy Qwen2 (`lm`, shared parameters) and CaSP's tabular policy (`research.tabular`).
 POLICIES = ("lm", "tabular")
 #: `--optim` names -> `TrainingArguments.optim` (Adam without weight decay: TRL's default `weight_decay` is 0).
 OPTIMIZERS = {"adam": "adamw_torch", "sgd": "sgd"}
