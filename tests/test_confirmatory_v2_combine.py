@@ -145,7 +145,7 @@ def test_combine_keeps_the_first_protocol_and_fills_both_pages(tmp_path, monkeyp
 
 
 def test_the_readme_and_the_page_have_the_second_protocols_blocks():
-    for path, start in ((ROOT / "README.md", combine_v2.SUMMARY_START),
+    for path, start in ((ROOT / "README.md", combine_v2.ADVICE_START),
                         (ROOT / "docs" / "confirmatory.md", combine_v2.BLOCK_START)):
         assert path.read_text().count(start) == 1, path
 

@@ -120,7 +120,7 @@ def markdown(data: dict[str, Any], original: dict[str, Any]) -> str:
               f"seeds, the noise of {n['noise']}, 10,000 simulations, 95% Wilson intervals): {rates}.\n")
 
 
-#: The markers around the calibration sentence (README.md and docs/confirmatory.md).
+#: The markers around the calibration sentence (docs/confirmatory.md).
 CALIBRATION_START, CALIBRATION_END = "<!-- v1-calibration:start -->", "<!-- v1-calibration:end -->"
 
 
@@ -181,7 +181,7 @@ def sentence_from_files(root: Path) -> str:
     return calibration_sentence(data, others, {s["name"]: s["null_false_positive_rate"] for s in combined["setups"]})
 
 
-def fill_calibration(root: Path, files=("README.md", "docs/confirmatory.md")) -> None:
+def fill_calibration(root: Path, files=("docs/confirmatory.md",)) -> None:
     from .analysis import fill_block
 
     text = sentence_from_files(root)
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--fill"]:
         fill_calibration(Path.cwd())
-        print("filled the calibration sentence in README.md and docs/confirmatory.md")
+        print("filled the calibration sentence in docs/confirmatory.md")
         return 0
     if argv[:1] == ["--calibrate"]:
         if len(argv) != 4:
