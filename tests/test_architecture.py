@@ -522,20 +522,28 @@ def test_a_method_module_that_fails_to_import_is_named(monkeypatch):
 _TRAINER_NAMES = {"trainer", "t"}
 
 
+def reads_through(tree: ast.AST, member: str, names: tuple[str, ...] | set[str]) -> list[tuple[int, str]]:
+    """`(line, name)` of every attribute read or set through a holder: `self.<member>.X`, or `X` of a local named one
+    of `names` (the boundary's trainer, a component's view)."""
+    def through(holder: ast.AST) -> bool:
+        if isinstance(holder, ast.Attribute):
+            return holder.attr == member and getattr(holder.value, "id", "") == "self"
+        return isinstance(holder, ast.Name) and holder.id in names
+
+    return [(node.lineno, node.attr) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and through(node.value)]
+
+
 def _trainer_reads(path: Path) -> list[tuple[int, str]]:
     """`(line, name)` of every attribute a boundary module reads or writes on the trainer."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") in ("GRPOTrainer", "TrainerSteps")
                                                   for b in node.bases):
             found += [(n.lineno, n.attr) for n in ast.walk(node) if isinstance(n, ast.Attribute)
                       and isinstance(n.value, ast.Name) and n.value.id == "self"]
-        if isinstance(node, ast.Attribute):
-            holder = node.value
-            if isinstance(holder, ast.Attribute) and holder.attr == "trainer" and getattr(holder.value, "id", "") \
-                    == "self" or isinstance(holder, ast.Name) and holder.id in _TRAINER_NAMES:
-                found.append((node.lineno, node.attr))
-    return found
+    return found + reads_through(tree, "trainer", _TRAINER_NAMES)
 
 
 def _package_trainer_names(trainers_dir: Path) -> set[str]:
@@ -614,15 +622,8 @@ def _viewed_classes() -> list[type]:
 
 def view_reads(path: Path) -> set[str]:
     """The attributes a module reads or sets on its view: `self.view.X`, and `X` of a local `t`/`view`/`trainer`."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.Attribute):
-            continue
-        holder = node.value
-        if (isinstance(holder, ast.Attribute) and holder.attr == "view" and getattr(holder.value, "id", "") == "self"
-                or isinstance(holder, ast.Name) and holder.id in ("t", "view", "trainer")):
-            names.add(node.attr)
-    return names
+    return {name for _, name in reads_through(ast.parse(path.read_text(encoding="utf-8")), "view",
+                                              ("t", "view", "trainer"))}
 
 
 def test_each_component_declares_exactly_what_it_reads_of_the_trainer():

@@ -40,7 +40,8 @@ CHECKPOINT_FIELDS = ("effect", "effect_per_seed", "ci", "p", "p_holm", "family",
 def boot_options(cfg: dict[str, Any]) -> dict[str, Any]:
     """The test's bootstrap options from the YAML's `bootstrap` (`estimator` and `spread` only when it names them)."""
     b = cfg["bootstrap"]
-    out = {"resamples": int(b["resamples"]), "seed": int(b["seed"]), "correction": b.get("correction", verdict.CORRECTION)}
+    out = {"resamples": int(b["resamples"]), "seed": int(b["seed"]),
+           "correction": b.get("correction", verdict.CORRECTION)}
     if "estimator" in b:
         out["estimator"] = b["estimator"]
     if "spread" in b:
