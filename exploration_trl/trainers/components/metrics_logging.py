@@ -31,7 +31,7 @@ class ExplorationMetrics:
     """The metric queue, the exploration metrics and the window warnings of one trainer."""
 
     #: What it reads of its trainer (`trainers/view.py`): the only names its view gives.
-    READS = ("accelerator", "args", "lm_head", "metrics_window", "model", "note_metric", "rollout", "state",
+    READS = ("accelerator", "args", "lm_head", "metrics_window", "model", "rollout", "state",
              "strategies", "temperature")
 
     def __init__(self, view):
@@ -48,11 +48,6 @@ class ExplorationMetrics:
         self.queue.add("train" if self.view.model.training else "eval", metrics, reduce)
         if len(self.queue) >= MAX_PENDING_METRICS:
             self.flush()
-
-    def note(self, name: str, value: float) -> None:
-        """Append a number the host already knows (e.g. a count of this process's batches) to TRL's metric window
-        now: no device value to read and nothing to reduce, so it needs no queue."""
-        self.view.note_metric(name, value)
 
     def flush(self) -> None:
         """Append every queued metric's global mean to TRL's metric window (one reduce, one device-to-host copy).
