@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import _common
-from . import protocol, runner, verdict
+from . import calibration, protocol, provenance, runner, verdict
 
 RESULT_FILE, TABLE_FILE, PLOT_FILE = runner.RESULT_FILE, runner.TABLE_FILE, runner.PLOT_FILE
 #: A checkpoint's fields under each setting, in this order, those its test has.
@@ -105,8 +105,6 @@ def directed_splits_null(runs: np.ndarray, checkpoint_index: int, half: int, spl
                          seed: int) -> dict[str, Any]:
     """Directed splits of GRPO's seeds `runs` `(S, K, 2)`: `half` seeds make the curve, `half` others are the
     "method" at the checkpoint. All of them when there are at most `splits`, else a uniform sample of `splits`."""
-    from . import calibration
-
     s = runs.shape[0]
     total = math.comb(s, half) * math.comb(s - half, half)
     rng = np.random.default_rng(seed)
@@ -132,7 +130,7 @@ def directed_splits_null(runs: np.ndarray, checkpoint_index: int, half: int, spl
             "note": "the splits share seeds, so they are not independent draws"}
 
 
-def _seed_noise_nulls(cfg, base, bsteps, grpo, records, checkpoints, boot) -> dict[str, Any]:
+def _seed_noise_nulls(base, bsteps, grpo, records, checkpoints, boot) -> dict[str, Any]:
     """No `null` section (the first protocol): independent normal seed noise at each checkpoint, simulated; GRPO's
     `null_seeds` against its seeds, and every split of them all, as the empirical null."""
     idx = {c: bsteps.index(c) for c in checkpoints}
@@ -157,8 +155,6 @@ def _seed_noise_nulls(cfg, base, bsteps, grpo, records, checkpoints, boot) -> di
 def _fitted_nulls(cfg, base, bsteps, grpo, tests, boot) -> dict[str, Any]:
     """The YAML's `null` section (the second protocol): the test simulated under a noise model fitted to GRPO's seeds
     (raw and smoothed truth), at every compared checkpoint GRPO reached, and directed splits of GRPO's seeds."""
-    from . import calibration
-
     null = cfg["null"]
     compared = sorted({t["checkpoint"] for t in tests if t["checkpoint"] in bsteps})
     noise = calibration.fit_noise(grpo)
@@ -242,8 +238,6 @@ def analyse(cfg: dict[str, Any], records: dict[tuple[str, int], dict], model_par
     second = protocol.is_v2(cfg)
     origin = None
     if second:
-        from . import provenance
-
         every = {**records, **{("selection:" + k[0], k[1]): v for k, v in (selection_records or {}).items()}}
         origin = provenance.check_same(every, (cfg.get("provenance") or {}).get("declared"))
     base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
@@ -261,7 +255,7 @@ def analyse(cfg: dict[str, Any], records: dict[tuple[str, int], dict], model_par
     tests = _tests(cfg, records, base, grpo, boot, secondary)
     checkpoints = sorted(cfg["checkpoints"])
     nulls = (_fitted_nulls(cfg, base, bsteps, grpo, tests, boot) if cfg.get("null") else
-             _seed_noise_nulls(cfg, base, bsteps, grpo, records, checkpoints, boot))
+             _seed_noise_nulls(base, bsteps, grpo, records, checkpoints, boot))
     head = {"name": cfg["name"], **({"protocol_version": cfg["protocol_version"]} if second else {}),
             "model_params": model_params, "task": cfg.get("task_description", cfg["task"]), "heldout": heldout}
     if second:
