@@ -73,7 +73,8 @@ def combine(args) -> int:
     print(f"wrote {write}")
     _copy_plots([d for d, _ in results], [r for _, r in results], write)
     for f in args.fill:
-        print(f"filled the verdicts in {f} ({', '.join(fill(Path(f), part if first else None, section if second else None))})")
+        filled = fill(Path(f), part if first else None, section if second else None)
+        print(f"filled the verdicts in {f} ({', '.join(filled)})")
     if first:
         print(combine_v1.verdict_markdown(part))
     if second:
