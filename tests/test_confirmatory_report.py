@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from helpers import run_error
 
-from exploration_trl.experiments.confirmatory import analysis, combine_v1, runner, verdict
+from exploration_trl.experiments.confirmatory import analysis, combine_v1, verdict
+from exploration_trl.experiments.confirmatory.records import points_at
 
 ROOT = Path(__file__).resolve().parent.parent
 X = np.array([0.2, 0.25, 0.3, 0.35, 0.4])  # GRPO's pass@1 at steps 0..4; pass@n = 1.1 - pass@1
@@ -244,11 +245,11 @@ def test_the_test_and_the_settings_are_the_pre_registered_ones():
         cfg = protocol.load(ROOT / "configs" / "confirmatory" / f"{setup['name']}.yaml")
         records = runner.collect(ROOT / "confirmatory_state" / setup["name"])
         base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
-        grpo = np.stack([runner.points(records[(base["label"], sd)], sorted(base["steps"])) for sd in base["seeds"]])
+        grpo = np.stack([points_at(records[(base["label"], sd)], sorted(base["steps"])) for sd in base["seeds"]])
         boot = cfg["bootstrap"]
         for t in setup["tests"]:
             s = next(s for s in cfg["settings"] if s["label"] == t["label"])
-            m = np.stack([runner.points(records[(s["label"], sd)], [t["checkpoint"]])[0] for sd in s["seeds"]])
+            m = np.stack([points_at(records[(s["label"], sd)], [t["checkpoint"]])[0] for sd in s["seeds"]])
             r = verdict.test(grpo, m, resamples=int(boot["resamples"]), seed=int(boot["seed"]),
                              correction=boot["correction"])
             assert (r["effect"], r["ci"], r["p"]) == (t["effect"], t["ci"], t["p"]), (setup["name"], t["label"])

@@ -284,7 +284,7 @@ def test_a_record_missing_a_registered_steps_row_is_refused(complete):
 
 
 def test_a_record_without_correct_counts_is_refused_before_any_analysis(complete):
-    """Without the check, runner.counts would fail with a bare KeyError."""
+    """Without the check, records.counts_at would fail with a bare KeyError."""
     small_cfg, out = complete
     _edit(out / "runs" / "grpo_lr_half__seed100.json", lambda r: r.pop("correct_counts"))
     _refused(small_cfg, out, r"run confirm:grpo_lr_half:100 \(grpo_lr_half__seed100.json\) has no correct_counts "

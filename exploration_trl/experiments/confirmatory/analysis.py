@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import _common
 from . import calibration, protocol, provenance, runner, verdict
+from .records import counts_at, points_at
 
 RESULT_FILE, TABLE_FILE, PLOT_FILE = runner.RESULT_FILE, runner.TABLE_FILE, runner.PLOT_FILE
 #: A checkpoint's fields under each setting, in this order, those its test has.
@@ -140,7 +141,7 @@ def _seed_noise_nulls(base, bsteps, grpo, records, checkpoints, boot) -> dict[st
     empirical = {}
     null_seeds = base.get("null_seeds", [])
     if null_seeds and all((base["label"], sd) in records for sd in null_seeds):
-        null = np.stack([runner.points(records[(base["label"], sd)], bsteps) for sd in null_seeds])
+        null = np.stack([points_at(records[(base["label"], sd)], bsteps) for sd in null_seeds])
         for c in checkpoints:
             r = verdict.test(grpo, null[:, idx[c]], resamples=boot["resamples"], seed=boot["seed"],
                              **_test_options(boot))
@@ -184,13 +185,13 @@ def _tests(cfg, records, base, grpo, boot, secondary) -> list[dict[str, Any]]:
             continue
         compared = protocol.checkpoints_of(cfg, s)
         for c in compared:
-            m = np.stack([runner.points(records[(s["label"], sd)], [c])[0] for sd in s["seeds"]])
+            m = np.stack([points_at(records[(s["label"], sd)], [c])[0] for sd in s["seeds"]])
             r = verdict.test(grpo, m, resamples=boot["resamples"], seed=boot["seed"], **_test_options(boot))
             t = {"label": s["label"], **({"role": s.get("role")} if "role" in s else {}), "checkpoint": c,
                  **({"family": "primary" if c == compared[-1] else "middle"} if families else {}), **r,
                  "method_mean": m.mean(axis=0).tolist()}
             if secondary is not None:
-                mc = np.stack([runner.counts(records[(s["label"], sd)], [c])[0] for sd in s["seeds"]])
+                mc = np.stack([counts_at(records[(s["label"], sd)], [c])[0] for sd in s["seeds"]])
                 t["seeds_and_multisets"] = secondary(mc)
             tests.append(t)
     for family in ("primary", "middle") if families else (None,):
@@ -221,7 +222,7 @@ def _settings(cfg, records, base, bsteps, grpo, tests) -> list[dict[str, Any]]:
         if trajectories:
             steps = sorted(s["steps"])
             entry["steps"] = steps
-            entry["trajectory_mean"] = np.stack([runner.points(records[(s["label"], sd)], steps)
+            entry["trajectory_mean"] = np.stack([points_at(records[(s["label"], sd)], steps)
                                                  for sd in s["seeds"]]).mean(axis=0).tolist()
         entry["checkpoints"] = {str(c): {k: t[k] for k in CHECKPOINT_FIELDS if k in t} for c, t in mine.items()}
         out.append(entry)
@@ -240,13 +241,13 @@ def analyse(cfg: dict[str, Any], records: dict[tuple[str, int], dict], model_par
     if second:
         every = {**records, **{("selection:" + k[0], k[1]): v for k, v in (selection_records or {}).items()}}
         origin = provenance.check_same(every, (cfg.get("provenance") or {}).get("declared"))
-    base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
+    base = protocol.setting(cfg, cfg["baseline"])
     bsteps = sorted(base["steps"])
-    grpo = np.stack([runner.points(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
+    grpo = np.stack([points_at(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
     secondary = None
     if cfg.get("secondary"):
         sec = cfg["secondary"].get("seeds_and_multisets") or {"resamples": 2000, "seed": 161803}
-        grpo_counts = np.stack([runner.counts(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
+        grpo_counts = np.stack([counts_at(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
         n = int(next(iter(records.values()))["n_samples"])
 
         def secondary(method_counts):

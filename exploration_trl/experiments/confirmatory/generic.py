@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _common
-from . import analysis, runner
+from . import analysis, protocol, runner
 
 
 def _command(train_argv: list[str], cfg: dict, setting: dict, seed: int, run_dir: Path, last: str | None) -> list[str]:
@@ -47,7 +47,7 @@ def run_generic(cfg: dict[str, Any], output: Path, args, log) -> int:
         raise ValueError("task: train runs through `exploration-trl confirm` (it calls `exploration-trl train` per run)")
     n = int(cfg["eval"]["n_samples"])
     for label, seed in runner.plan(cfg):
-        setting = next(s for s in cfg["settings"] if s["label"] == label)
+        setting = protocol.setting(cfg, label)
         name = f"{label}__seed{seed}"
         record_path, run_dir = output / "runs" / f"{name}.json", output / "ckpt" / name
         if record_path.is_file() and json.loads(record_path.read_text()).get("finished"):

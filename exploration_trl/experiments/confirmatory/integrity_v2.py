@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import protocol, provenance, runner, verdict
+from .records import points_at
 
 SELECTION_FILE = "selection.json"
 WARM_START_FILE = Path("warm_start") / "warm_start.json"
@@ -233,9 +234,9 @@ def check_result(cfg: dict[str, Any], output: Path, result: dict[str, Any], warm
     if got != warm_start_checksum:
         raise IntegrityError(f"{runner.RESULT_FILE}: heldout.warm_start_checksum {str(got)[:12]} is not the records' "
                              f"{warm_start_checksum[:12]}; {redo}")
-    base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
+    base = protocol.setting(cfg, cfg["baseline"])
     bsteps = sorted(base["steps"])
-    grpo = np.stack([runner.points(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
+    grpo = np.stack([points_at(records[(base["label"], sd)], bsteps) for sd in base["seeds"]])
     by_label = {s["label"]: s for s in cfg["settings"]}
     wanted = {(s["label"], c) for s in cfg["settings"] if s is not base for c in protocol.checkpoints_of(cfg, s)}
     tests = {(t.get("label"), t.get("checkpoint")): t for t in result.get("tests") or []}
@@ -244,7 +245,7 @@ def check_result(cfg: dict[str, Any], output: Path, result: dict[str, Any], warm
         raise IntegrityError(f"{runner.RESULT_FILE}: its tests are not the protocol's (differ at {', '.join(odd[:5])})"
                              f"; {redo}")
     for (label, c), t in sorted(tests.items()):
-        m = np.stack([runner.points(records[(label, sd)], [c])[0] for sd in by_label[label]["seeds"]])
+        m = np.stack([points_at(records[(label, sd)], [c])[0] for sd in by_label[label]["seeds"]])
         for field, want in (("effect", verdict.point_effect(grpo, m)), ("method_mean", m.mean(axis=0).tolist())):
             if _differs(t.get(field), want):
                 raise IntegrityError(f"{runner.RESULT_FILE}: {label} at checkpoint {c}: {field} {t.get(field)} but "
@@ -252,7 +253,7 @@ def check_result(cfg: dict[str, Any], output: Path, result: dict[str, Any], warm
     settings = {s.get("label"): s for s in result.get("settings") or []}
     for label, s in by_label.items():
         steps = sorted(s["steps"])
-        want = np.stack([runner.points(records[(label, sd)], steps) for sd in s["seeds"]]).mean(axis=0).tolist()
+        want = np.stack([points_at(records[(label, sd)], steps) for sd in s["seeds"]]).mean(axis=0).tolist()
         got = (settings.get(label) or {}).get("trajectory_mean")
         if _differs(got, want):
             raise IntegrityError(f"{runner.RESULT_FILE}: {label}'s trajectory_mean at steps {steps} is {got} but the "

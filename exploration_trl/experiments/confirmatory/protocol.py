@@ -152,7 +152,7 @@ def load(path: str | Path) -> dict[str, Any]:
     labels = [s.get("label") for s in cfg["settings"]]
     if cfg["baseline"] not in labels:
         raise ValueError(f"--config {path}: baseline {cfg['baseline']!r} is not a settings label")
-    base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
+    base = setting(cfg, cfg["baseline"])
     for s in cfg["settings"]:
         for key in ("label", "method", "seeds", "steps"):
             if key not in s:
@@ -276,7 +276,7 @@ def grid_label(value: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------------ the runs
 def selection_jobs(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """The selection phase's runs: GRPO's selection seeds, then every grid value of every tuned setting."""
-    sel, base = cfg["selection"], _setting(cfg, cfg["baseline"])
+    sel, base = cfg["selection"], setting(cfg, cfg["baseline"])
     jobs = [{"phase": "selection", "label": base["label"], "method": base["method"],
              "overrides": dict(base.get("overrides") or {}), "seed": sd, "steps": sel["grpo_steps"]}
             for sd in sel["grpo_seeds"]]
@@ -319,7 +319,8 @@ def confirm_jobs(cfg: dict[str, Any], chosen: dict[str, dict] | None) -> list[di
     return order
 
 
-def _setting(cfg: dict[str, Any], label: str) -> dict[str, Any]:
+def setting(cfg: dict[str, Any], label: str) -> dict[str, Any]:
+    """The setting of `cfg` labelled `label` (`cfg["baseline"]`: the reference arm)."""
     return next(s for s in cfg["settings"] if s["label"] == label)
 
 
@@ -330,11 +331,12 @@ def choose(cfg: dict[str, Any], records: dict[tuple[str, int], dict]) -> dict[st
     `{(label, seed): record}`."""
     import numpy as np
 
-    from . import runner, verdict
+    from . import verdict
+    from .records import points_at
 
-    sel, base = cfg["selection"], _setting(cfg, cfg["baseline"])
+    sel, base = cfg["selection"], setting(cfg, cfg["baseline"])
     steps, at = sorted(sel["grpo_steps"]), int(sel["checkpoint"])
-    grpo = np.stack([runner.points(records[(base["label"], sd)], steps) for sd in sel["grpo_seeds"]])
+    grpo = np.stack([points_at(records[(base["label"], sd)], steps) for sd in sel["grpo_seeds"]])
     out: dict[str, Any] = {"checkpoint": at, "grpo_seeds": sel["grpo_seeds"], "seeds": sel["seeds"], "settings": {}}
     for s in cfg["settings"]:
         if s.get("role") != "tuned":
@@ -342,7 +344,7 @@ def choose(cfg: dict[str, Any], records: dict[tuple[str, int], dict]) -> dict[st
         values = []
         for value in s["grid"]:
             label = f"{s['label']}@{grid_label(value)}"
-            m = np.stack([runner.points(records[(label, sd)], [at])[0] for sd in sel["seeds"]])
+            m = np.stack([points_at(records[(label, sd)], [at])[0] for sd in sel["seeds"]])
             effect = verdict.point_effect(grpo, m)
             values.append({"value": value, "label": grid_label(value), "effect": None if np.isnan(effect) else effect,
                            "mean": m.mean(axis=0).tolist()})

@@ -38,7 +38,7 @@ def reread(records_dir: str, config: str = "configs/confirmatory/countdown3.yaml
         by = {r["step"]: (r["pass@1"], r["pass@n"]) for r in records[(label, seed)]["rows"]}
         return np.array([by[s] for s in steps], float)
 
-    base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
+    base = protocol.setting(cfg, cfg["baseline"])
     steps = sorted(base["steps"])
     grpo = np.stack([points(base["label"], sd, steps) for sd in base["seeds"]])
     tests = []
@@ -62,7 +62,7 @@ def reread(records_dir: str, config: str = "configs/confirmatory/countdown3.yaml
 def null_at_v1_design(records: dict, cfg: dict[str, Any], boot: dict[str, Any], simulations: int) -> dict[str, Any]:
     """0.7.0's test and the second protocol's at a first-protocol set-up's own design (its reference and method seed
     counts), under the second protocol's noise model fitted to all of that set-up's GRPO seeds."""
-    base = next(s for s in cfg["settings"] if s["label"] == cfg["baseline"])
+    base = protocol.setting(cfg, cfg["baseline"])
     steps = sorted(base["steps"])
 
     def points(seed):

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import _common
 from . import heldout as heldout_split
+from . import protocol
 
 RESULT_FILE, TABLE_FILE, PLOT_FILE = "result.json", "table.md", "plot.png"
 
@@ -84,10 +85,6 @@ def warm_start(cfg: dict[str, Any], output: Path, log=print) -> tuple[Path, dict
     return folder, info
 
 
-def _setting(cfg: dict[str, Any], label: str) -> dict[str, Any]:
-    return next(s for s in cfg["settings"] if s["label"] == label)
-
-
 def rows_of(history: list[dict], n: int) -> list[dict[str, Any]]:
     return [{"step": int(e["step"]), "pass@1": e["eval_pass@1"], "pass@n": e[f"eval_pass@{n}"],
              "distinct_correct": e.get("eval_distinct_correct"),
@@ -122,7 +119,7 @@ def run_one(cfg: dict[str, Any], output: str, label: str, seed: int, log=print,
     from . import provenance
 
     output = Path(output)
-    job = job or {**_setting(cfg, label), "seed": seed, "phase": "confirm"}
+    job = job or {**protocol.setting(cfg, label), "seed": seed, "phase": "confirm"}
     steps = sorted({int(x) for x in job["steps"]})
     folder, ws = warm_start(cfg, output, log)
     train, held, info = split(cfg, output)
@@ -191,7 +188,7 @@ def run_one(cfg: dict[str, Any], output: str, label: str, seed: int, log=print,
 def plan(cfg: dict[str, Any]) -> list[tuple[str, int]]:
     """Run order: the baseline's and the first setting's seeds interleaved, then the baseline's null seeds, then the
     other settings setting by setting (a run cut short by time has whole settings)."""
-    base = _setting(cfg, cfg["baseline"])
+    base = protocol.setting(cfg, cfg["baseline"])
     others = [s for s in cfg["settings"] if s is not base]
     out: list[tuple[str, int]] = []
     first = others[0] if others else None
@@ -217,18 +214,3 @@ def collect(output: Path, phase: str = "confirm") -> dict[tuple[str, int], dict]
         out[(rec["label"], rec["seed"])] = rec
     return out
 
-
-def points(rec: dict, steps: list[int]):
-    """`(len(steps), 2)` held-out pass@1 and pass@n of a run's record at `steps`."""
-    import numpy as np
-
-    by = {r["step"]: (r["pass@1"], r["pass@n"]) for r in rec["rows"]}
-    return np.array([by[s] for s in steps], float)
-
-
-def counts(rec: dict, steps: list[int]):
-    """`(len(steps), problems)` correct samples per held-out problem of a run at `steps` (second protocol's records)."""
-    import numpy as np
-
-    by = rec.get("correct_counts") or {}
-    return np.array([by[str(s)] for s in steps], float)
